@@ -1,0 +1,3 @@
+module github.com/virga-ml/virga
+
+go 1.26.8

@@ -1,0 +1,84 @@
+// Package backend defines how Virga runs trial processes: one small required
+// interface, implemented by local/ (processes on this machine) and, later, by
+// slurm/, kube/ and sim/. A backend starts and stops what it is told to and
+// reports what happened; it never decides what should run.
+package backend
+
+import (
+	"context"
+	"time"
+
+	"github.com/virga-ml/virga"
+)
+
+// StartSpec is everything a backend needs to start one attempt.
+type StartSpec struct {
+	AttemptID    int64
+	TrialID      int64
+	ExperimentID int64
+	Argv         []string          // the command, placeholders already filled
+	Env          map[string]string // added to the backend's own environment
+	Workdir      string            // absolute
+	Resources    virga.Resources
+	// Dir is the attempt's own absolute directory, created by the caller: the
+	// backend keeps its logs ("output.log") and bookkeeping files there.
+	Dir string
+	// ReportURL is where the stdout fallback (VIRGA_METRIC lines) is posted.
+	ReportURL string
+	// Token authorises reports for this trial (sent as a Bearer token).
+	Token string
+}
+
+// EventKind says what happened to an attempt.
+type EventKind string
+
+// Event kinds.
+const (
+	Started EventKind = "started" // the trial process is running (PID set)
+	Exited  EventKind = "exited"  // the process ended (ExitCode or Signal set) or vanished (Lost)
+)
+
+// Event is one thing a backend observed about an attempt.
+type Event struct {
+	AttemptID int64
+	Kind      EventKind
+	Time      time.Time
+	PID       int    // Started
+	ExitCode  *int   // Exited normally
+	Signal    string // Exited by a signal, e.g. "killed", "terminated"
+	Lost      bool   // Exited: no exit status could be had
+	Message   string
+}
+
+// Backend runs attempts. Methods are safe for concurrent use.
+type Backend interface {
+	// Name identifies the backend in attempts ("local", "slurm", ...).
+	Name() string
+	// Start launches an attempt and returns once it is launched (a Started
+	// event follows). It returns an error wrapping virga.ErrNoCapacity if the
+	// resources do not fit now. Starting the same AttemptID twice is an error.
+	Start(ctx context.Context, s *StartSpec) error
+	// Stop asks an attempt to end: SIGTERM (or the backend's equivalent) now,
+	// SIGKILL after grace. It returns at once; an Exited event follows.
+	// Stopping an attempt that has already ended is not an error.
+	Stop(attemptID int64, grace time.Duration) error
+	// Events delivers every Started and Exited event exactly once per attempt
+	// this backend runs or adopts. The channel is closed by Close.
+	Events() <-chan Event
+	// Free returns the resources not reserved by running attempts.
+	Free() virga.Resources
+	// Close stops watching attempts. It does not stop them: processes go on and
+	// can be adopted by the next server.
+	Close() error
+}
+
+// Adopter is a backend that can take over attempts started by an earlier
+// server (after a crash or restart).
+type Adopter interface {
+	// Adopt takes over the attempt recorded with the given directory. If its
+	// process still runs, the backend watches it (reserving its resources)
+	// and sends Exited when it ends; if it has ended, Exited follows at once
+	// with its recorded status; if it never started, Exited follows with Lost.
+	// In every case the attempt can never start later.
+	Adopt(ctx context.Context, a *virga.Attempt, res virga.Resources) error
+}

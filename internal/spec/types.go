@@ -1,0 +1,114 @@
+// Package spec owns the experiment file: its types, defaults, parsing and
+// validation with file:line:col positions. It never touches the store or runs
+// anything; a parsed *Experiment is a plain value the rest of Virga reads.
+package spec
+
+import "time"
+
+// Experiment is a parsed, validated experiment file with defaults applied.
+type Experiment struct {
+	Name            string                     `json:"name"`
+	Description     string                     `json:"description,omitempty"`
+	Entrypoint      Entrypoint                 `json:"entrypoint"`
+	Hyperparameters map[string]*Hyperparameter `json:"hyperparameters"`
+	// Order lists hyperparameter names in file order (maps lose it).
+	Order       []string    `json:"order"`
+	Searcher    Searcher    `json:"searcher"`
+	Objective   Objective   `json:"objective"`
+	MaxTrials   int         `json:"max_trials"`     // default 1 for single, grid size for grid, 10 for random
+	MaxConcurrent int       `json:"max_concurrent"` // default 1
+	MaxRestarts int         `json:"max_restarts"`   // per trial; default 3
+	Timeout     Duration    `json:"timeout"`        // per attempt; 0 = none
+	Resources   Resources   `json:"resources"`
+	Checkpoints Checkpoints `json:"checkpoints"`
+	// StopGrace is the time between SIGTERM and SIGKILL; default 120s.
+	StopGrace Duration `json:"stop_grace"`
+	Seed      uint64   `json:"seed"` // searcher seed; 0 in the file means "pick one" (the chosen seed is recorded)
+}
+
+// Entrypoint is the trial command. Argv elements may hold ${name} placeholders
+// that are filled from the hyperparameters. An empty Argv means trials are
+// driven through the API (ask/tell) and no process is started.
+type Entrypoint struct {
+	Argv    []string          `json:"argv"`
+	Workdir string            `json:"workdir,omitempty"` // relative paths are relative to the experiment file's directory
+	Env     map[string]string `json:"env,omitempty"`
+}
+
+// HPType is a hyperparameter's type.
+type HPType string
+
+// Hyperparameter types.
+const (
+	HPInt         HPType = "int"
+	HPFloat       HPType = "float"
+	HPCategorical HPType = "categorical"
+	HPConst       HPType = "const"
+)
+
+// Hyperparameter is one dimension of the search space.
+type Hyperparameter struct {
+	Name string `json:"name"`
+	Type HPType `json:"type"`
+	// Min and Max bound int and float parameters (inclusive).
+	Min float64 `json:"min,omitempty"`
+	Max float64 `json:"max,omitempty"`
+	// Log samples a float (or int) uniformly in log space; requires Min > 0.
+	Log bool `json:"log,omitempty"`
+	// Count is the number of grid points for int and float under the grid searcher
+	// (default: every integer for int up to 100, 5 points for float).
+	Count int `json:"count,omitempty"`
+	// Values lists a categorical parameter's choices (strings, numbers or booleans).
+	Values []any `json:"values,omitempty"`
+	// Value is a const parameter's value.
+	Value any `json:"value,omitempty"`
+}
+
+// Searcher chooses the search algorithm and its settings. Name is one of the
+// registered searchers ("single", "grid", "random" in this release); Settings
+// keeps the searcher-specific fields, each validated by that searcher.
+type Searcher struct {
+	Name     string         `json:"name"`
+	Settings map[string]any `json:"settings,omitempty"`
+}
+
+// Direction is minimize or maximize.
+type Direction string
+
+// Directions.
+const (
+	Minimize Direction = "minimize"
+	Maximize Direction = "maximize"
+)
+
+// Objective names the metric the search optimises.
+type Objective struct {
+	Metric    string    `json:"metric"`
+	Direction Direction `json:"direction"`
+}
+
+// Better reports whether a is better than b under the objective's direction.
+func (o Objective) Better(a, b float64) bool {
+	if o.Direction == Maximize {
+		return a > b
+	}
+	return a < b
+}
+
+// Resources is what one trial needs.
+type Resources struct {
+	CPU      float64 `json:"cpu"`       // cores; default 1
+	MemoryMB int64   `json:"memory_mb"` // default 0 (unaccounted)
+	GPU      int     `json:"gpu"`
+}
+
+// Checkpoints sets checkpoint retention.
+type Checkpoints struct {
+	KeepLast int `json:"keep_last"` // default 2; at least 1
+}
+
+// Duration is a time.Duration written as "90s", "5m", "1h30m".
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }

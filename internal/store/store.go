@@ -1,0 +1,113 @@
+// Package store defines how Virga persists its state: one interface with an
+// embedded SQLite implementation (the default) and a PostgreSQL one, both
+// passing the conformance suite in storetest. It decides nothing: the control
+// loop is its only writer and says what to commit.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/virga-ml/virga"
+)
+
+// Batch is a set of changes committed in one transaction, all or nothing.
+//
+// Rows whose ID is 0 are inserted and their ID field is set on success;
+// rows with an ID replace the stored row of that ID (ErrNotFound if none).
+// Experiments are applied first, then trials, attempts, checkpoints, metrics
+// and events, so a batch may insert a trial and, in the same batch, an attempt
+// for it only if the trial's ID is already known (insert the trial in an earlier
+// batch, or set Attempt.TrialID after the trial insert via a later batch).
+//
+// Metrics are upserted on (trial_id, step): a later report of a step replaces
+// the earlier one. Checkpoints are inserted once per (trial_id, id); a repeat
+// is ignored.
+type Batch struct {
+	Experiments []*virga.Experiment
+	Trials      []*virga.Trial
+	Attempts    []*virga.Attempt
+	Checkpoints []virga.Checkpoint
+	// DeleteCheckpoints removes checkpoint records (the files are the caller's).
+	DeleteCheckpoints []CheckpointRef
+	Metrics           []virga.Metric
+	Events            []*virga.Event
+}
+
+// CheckpointRef names one checkpoint record of one trial.
+type CheckpointRef struct {
+	TrialID int64
+	ID      string
+}
+
+// Empty reports whether the batch holds no change.
+func (b *Batch) Empty() bool {
+	return len(b.Experiments)+len(b.Trials)+len(b.Attempts)+len(b.Checkpoints)+
+		len(b.DeleteCheckpoints)+len(b.Metrics)+len(b.Events) == 0
+}
+
+// ExperimentFilter selects experiments. Zero values select everything.
+type ExperimentFilter struct {
+	States []virga.ExperimentState
+	Limit  int // 0 means no limit
+}
+
+// MetricFilter selects the metrics of one trial, ordered by step.
+type MetricFilter struct {
+	TrialID   int64
+	AfterStep int64 // only steps > AfterStep; use -1 for all (steps may be 0)
+	Limit     int   // 0 means no limit
+}
+
+// EventFilter selects events ordered by ID.
+type EventFilter struct {
+	ExperimentID int64 // 0 means any
+	TrialID      int64 // 0 means any
+	AfterID      int64
+	Limit        int // 0 means no limit
+}
+
+// Token is an API credential. Only a hash of the secret is stored.
+type Token struct {
+	ID        int64
+	Name      string
+	Hash      []byte // SHA-256 of the secret
+	CreatedAt time.Time
+}
+
+// Store is Virga's persistent state. Implementations are safe for concurrent
+// use; every method that returns successfully has made its change durable.
+// Lookups of a missing object return an error wrapping virga.ErrNotFound.
+type Store interface {
+	// Apply commits b in one transaction (see Batch).
+	Apply(ctx context.Context, b *Batch) error
+
+	// Experiment returns one experiment with its spec and searcher state.
+	Experiment(ctx context.Context, id int64) (*virga.Experiment, error)
+	// Experiments lists experiments, newest first.
+	Experiments(ctx context.Context, f ExperimentFilter) ([]*virga.Experiment, error)
+	// Trial returns one trial.
+	Trial(ctx context.Context, id int64) (*virga.Trial, error)
+	// Trials lists an experiment's trials ordered by Seq.
+	Trials(ctx context.Context, experimentID int64) ([]*virga.Trial, error)
+	// Attempts lists a trial's attempts ordered by Number.
+	Attempts(ctx context.Context, trialID int64) ([]*virga.Attempt, error)
+	// LiveAttempts lists every attempt not in state EXITED, ordered by ID.
+	LiveAttempts(ctx context.Context) ([]*virga.Attempt, error)
+	// Metrics lists a trial's metrics ordered by step.
+	Metrics(ctx context.Context, f MetricFilter) ([]virga.Metric, error)
+	// Checkpoints lists a trial's checkpoints, oldest first.
+	Checkpoints(ctx context.Context, trialID int64) ([]virga.Checkpoint, error)
+	// Events lists events ordered by ID.
+	Events(ctx context.Context, f EventFilter) ([]virga.Event, error)
+
+	// PutToken stores a token (inserting it when ID is 0 and setting ID).
+	PutToken(ctx context.Context, t *Token) error
+	// TokenByHash finds a token by the hash of its secret.
+	TokenByHash(ctx context.Context, hash []byte) (*Token, error)
+
+	// SchemaVersion returns the version of the newest migration applied.
+	SchemaVersion(ctx context.Context) (int, error)
+	// Close releases the store's resources.
+	Close() error
+}
