@@ -1,0 +1,271 @@
+package search
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+// This file turns a spec's hyperparameters into values: the default point
+// (single), grid values (grid) and random samples (random). Values are int64
+// for int parameters, float64 for float parameters, and the spec's own values
+// for categorical and const parameters.
+
+// maxIntGrid is the largest int range the grid searcher enumerates in full
+// when the parameter sets no count.
+const maxIntGrid = 100
+
+// defaultFloatCount is the number of grid points of a float parameter that
+// sets no count.
+const defaultFloatCount = 5
+
+// maxExactInt bounds int parameters so that every value is exact as a float64
+// and range arithmetic cannot overflow.
+const maxExactInt = 1 << 53
+
+// param is one named dimension of the search space.
+type param struct {
+	name string
+	hp   *spec.Hyperparameter
+}
+
+// space is an experiment's hyperparameters in file order, checked.
+type space []param
+
+// newSpace returns the experiment's hyperparameters in the order of e.Order
+// (file order), after checking each one. When Order is empty the names are
+// sorted, so that the order is at least deterministic.
+func newSpace(e *spec.Experiment) (space, error) {
+	names := e.Order
+	if len(names) == 0 && len(e.Hyperparameters) > 0 {
+		names = make([]string, 0, len(e.Hyperparameters))
+		for name := range e.Hyperparameters {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+	}
+	if len(names) != len(e.Hyperparameters) {
+		return nil, fmt.Errorf("hyperparameter order lists %d names but there are %d hyperparameters", len(names), len(e.Hyperparameters))
+	}
+	sp := make(space, 0, len(names))
+	seen := make(map[string]bool, len(names))
+	for _, name := range names {
+		hp, ok := e.Hyperparameters[name]
+		if !ok || hp == nil {
+			return nil, fmt.Errorf("hyperparameter order names %q, which is not defined", name)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("hyperparameter order names %q twice", name)
+		}
+		seen[name] = true
+		p := param{name: name, hp: hp}
+		if err := p.check(); err != nil {
+			return nil, err
+		}
+		sp = append(sp, p)
+	}
+	return sp, nil
+}
+
+// check reports whether the parameter is well formed enough to search.
+func (p param) check() error {
+	hp := p.hp
+	switch hp.Type {
+	case spec.HPInt:
+		_, _, err := p.intBounds()
+		return err
+	case spec.HPFloat:
+		if math.IsNaN(hp.Min) || math.IsInf(hp.Min, 0) || math.IsNaN(hp.Max) || math.IsInf(hp.Max, 0) {
+			return fmt.Errorf("hyperparameter %q: min and max must be finite numbers", p.name)
+		}
+		if hp.Min > hp.Max {
+			return fmt.Errorf("hyperparameter %q: min %g is greater than max %g", p.name, hp.Min, hp.Max)
+		}
+		if hp.Log && hp.Min <= 0 {
+			return fmt.Errorf("hyperparameter %q: log scale needs min > 0, got %g", p.name, hp.Min)
+		}
+		if hp.Count < 0 {
+			return fmt.Errorf("hyperparameter %q: count must not be negative, got %d", p.name, hp.Count)
+		}
+		return nil
+	case spec.HPCategorical:
+		if len(hp.Values) == 0 {
+			return fmt.Errorf("hyperparameter %q: categorical needs at least one value", p.name)
+		}
+		return nil
+	case spec.HPConst:
+		return nil
+	}
+	return fmt.Errorf("hyperparameter %q: unknown type %q (want int, float, categorical or const)", p.name, hp.Type)
+}
+
+// intBounds returns the integers an int parameter may take: [ceil(Min), floor(Max)].
+func (p param) intBounds() (lo, hi int64, err error) {
+	hp := p.hp
+	if math.IsNaN(hp.Min) || math.IsNaN(hp.Max) || math.Abs(hp.Min) > maxExactInt || math.Abs(hp.Max) > maxExactInt {
+		return 0, 0, fmt.Errorf("hyperparameter %q: min and max must be numbers within ±2^53", p.name)
+	}
+	flo, fhi := math.Ceil(hp.Min), math.Floor(hp.Max)
+	if flo > fhi {
+		return 0, 0, fmt.Errorf("hyperparameter %q: no integer lies in [%g, %g]", p.name, hp.Min, hp.Max)
+	}
+	if hp.Log && flo < 1 {
+		return 0, 0, fmt.Errorf("hyperparameter %q: log scale needs min >= 1 for an int, got %g", p.name, hp.Min)
+	}
+	if hp.Count < 0 {
+		return 0, 0, fmt.Errorf("hyperparameter %q: count must not be negative, got %d", p.name, hp.Count)
+	}
+	return int64(flo), int64(fhi), nil
+}
+
+// center returns the parameter's default point: a const's value, the midpoint
+// of an int or float range (the geometric midpoint on a log scale; ints are
+// rounded to the nearest integer), or a categorical's first value.
+func (p param) center() any {
+	hp := p.hp
+	switch hp.Type {
+	case spec.HPInt:
+		lo, hi, _ := p.intBounds()
+		var x float64
+		if hp.Log {
+			x = math.Exp((math.Log(float64(lo)) + math.Log(float64(hi))) / 2)
+		} else {
+			x = float64(lo) + (float64(hi)-float64(lo))/2
+		}
+		return clampInt(int64(math.Round(x)), lo, hi)
+	case spec.HPFloat:
+		if hp.Log {
+			return clampFloat(math.Exp((math.Log(hp.Min)+math.Log(hp.Max))/2), hp.Min, hp.Max)
+		}
+		return hp.Min + (hp.Max-hp.Min)/2
+	case spec.HPCategorical:
+		return hp.Values[0]
+	}
+	return hp.Value
+}
+
+// gridValues returns the parameter's grid points in increasing order (in
+// listed order for a categorical).
+func (p param) gridValues() ([]any, error) {
+	hp := p.hp
+	switch hp.Type {
+	case spec.HPInt:
+		lo, hi, err := p.intBounds()
+		if err != nil {
+			return nil, err
+		}
+		n := hi - lo + 1
+		if hp.Count == 0 {
+			if n > maxIntGrid {
+				return nil, fmt.Errorf("hyperparameter %q: %d integers in [%d, %d] is too many for a grid (at most %d); set count to space fewer points evenly", p.name, n, lo, hi, maxIntGrid)
+			}
+			vals := make([]any, 0, n)
+			for v := lo; v <= hi; v++ {
+				vals = append(vals, v)
+			}
+			return vals, nil
+		}
+		pts := spaced(float64(lo), float64(hi), hp.Count, hp.Log)
+		vals := make([]any, 0, len(pts))
+		last := int64(0)
+		for i, x := range pts {
+			v := clampInt(int64(math.Round(x)), lo, hi)
+			if i > 0 && v == last {
+				continue // rounding merged two points
+			}
+			vals = append(vals, v)
+			last = v
+		}
+		return vals, nil
+	case spec.HPFloat:
+		count := hp.Count
+		if count == 0 {
+			count = defaultFloatCount
+		}
+		pts := spaced(hp.Min, hp.Max, count, hp.Log)
+		vals := make([]any, 0, len(pts))
+		for i, x := range pts {
+			if i > 0 && x == pts[i-1] {
+				continue // min == max
+			}
+			vals = append(vals, x)
+		}
+		return vals, nil
+	case spec.HPCategorical:
+		return append([]any(nil), hp.Values...), nil
+	case spec.HPConst:
+		return []any{hp.Value}, nil
+	}
+	return nil, fmt.Errorf("hyperparameter %q: unknown type %q", p.name, hp.Type)
+}
+
+// spaced returns n points from lo to hi, both included, evenly spaced on a
+// linear or log scale. One point is the (geometric) midpoint.
+func spaced(lo, hi float64, n int, log bool) []float64 {
+	if n <= 1 {
+		if log {
+			return []float64{clampFloat(math.Exp((math.Log(lo)+math.Log(hi))/2), lo, hi)}
+		}
+		return []float64{lo + (hi-lo)/2}
+	}
+	pts := make([]float64, n)
+	a, b := lo, hi
+	if log {
+		a, b = math.Log(lo), math.Log(hi)
+	}
+	for i := range pts {
+		switch i {
+		case 0:
+			pts[i] = lo
+		case n - 1:
+			pts[i] = hi
+		default:
+			x := a + (b-a)*float64(i)/float64(n-1)
+			if log {
+				x = math.Exp(x)
+			}
+			pts[i] = clampFloat(x, lo, hi)
+		}
+	}
+	return pts
+}
+
+// sample draws one value of the parameter from r: ints uniformly (log-uniformly
+// when Log), floats uniformly or log-uniformly, categoricals as a uniform
+// choice. A const takes its value and draws nothing.
+func (p param) sample(r *rand.Rand) any {
+	hp := p.hp
+	switch hp.Type {
+	case spec.HPInt:
+		lo, hi, _ := p.intBounds()
+		if !hp.Log {
+			return lo + r.Int64N(hi-lo+1)
+		}
+		// Log-uniform over [lo-0.5, hi+0.5) then rounded, so that every
+		// integer gets the mass of its rounding interval.
+		a, b := math.Log(float64(lo)-0.5), math.Log(float64(hi)+0.5)
+		x := math.Exp(a + r.Float64()*(b-a))
+		return clampInt(int64(math.Round(x)), lo, hi)
+	case spec.HPFloat:
+		u := r.Float64()
+		if hp.Log {
+			a, b := math.Log(hp.Min), math.Log(hp.Max)
+			return clampFloat(math.Exp(a+u*(b-a)), hp.Min, hp.Max)
+		}
+		return clampFloat(hp.Min+u*(hp.Max-hp.Min), hp.Min, hp.Max)
+	case spec.HPCategorical:
+		return hp.Values[r.IntN(len(hp.Values))]
+	}
+	return hp.Value
+}
+
+func clampInt(v, lo, hi int64) int64 {
+	return min(max(v, lo), hi)
+}
+
+func clampFloat(v, lo, hi float64) float64 {
+	return min(max(v, lo), hi)
+}
