@@ -12,15 +12,15 @@ type Experiment struct {
 	Entrypoint      Entrypoint                 `json:"entrypoint"`
 	Hyperparameters map[string]*Hyperparameter `json:"hyperparameters"`
 	// Order lists hyperparameter names in file order (maps lose it).
-	Order       []string    `json:"order"`
-	Searcher    Searcher    `json:"searcher"`
-	Objective   Objective   `json:"objective"`
-	MaxTrials   int         `json:"max_trials"`     // default 1 for single, grid size for grid, 10 for random
-	MaxConcurrent int       `json:"max_concurrent"` // default 1
-	MaxRestarts int         `json:"max_restarts"`   // per trial; default 3
-	Timeout     Duration    `json:"timeout"`        // per attempt; 0 = none
-	Resources   Resources   `json:"resources"`
-	Checkpoints Checkpoints `json:"checkpoints"`
+	Order         []string    `json:"order"`
+	Searcher      Searcher    `json:"searcher"`
+	Objective     Objective   `json:"objective"`
+	MaxTrials     int         `json:"max_trials"`     // default 1 for single, grid size for grid, 10 for random
+	MaxConcurrent int         `json:"max_concurrent"` // default 1
+	MaxRestarts   int         `json:"max_restarts"`   // per trial; default 3
+	Timeout       Duration    `json:"timeout"`        // per attempt; 0 = none
+	Resources     Resources   `json:"resources"`
+	Checkpoints   Checkpoints `json:"checkpoints"`
 	// StopGrace is the time between SIGTERM and SIGKILL; default 120s.
 	StopGrace Duration `json:"stop_grace"`
 	Seed      uint64   `json:"seed"` // searcher seed; 0 in the file means "pick one" (the chosen seed is recorded)
@@ -55,13 +55,17 @@ type Hyperparameter struct {
 	Max float64 `json:"max,omitempty"`
 	// Log samples a float (or int) uniformly in log space; requires Min > 0.
 	Log bool `json:"log,omitempty"`
-	// Count is the number of grid points for int and float under the grid searcher
-	// (default: every integer for int up to 100, 5 points for float).
+	// Count is the number of grid points for int and float under the grid searcher;
+	// 0 when the file gives none (see GridValues for what that means).
 	Count int `json:"count,omitempty"`
-	// Values lists a categorical parameter's choices (strings, numbers or booleans).
+	// Values lists a categorical parameter's choices. Like Value and Default, each
+	// is an int64, float64, bool or string.
 	Values []any `json:"values,omitempty"`
 	// Value is a const parameter's value.
 	Value any `json:"value,omitempty"`
+	// Default is the value the single searcher uses (and a hint for others);
+	// nil when the file gives none. Const parameters keep theirs in Value.
+	Default any `json:"default,omitempty"`
 }
 
 // Searcher chooses the search algorithm and its settings. Name is one of the
@@ -112,3 +116,19 @@ type Duration time.Duration
 
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats d like time.Duration does ("1m30s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText writes d as a Go duration string, so JSON shows "30m0s".
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads a Go duration string or an integer number of seconds.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}

@@ -1,0 +1,440 @@
+package spec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// MaxFileSize is the largest experiment file Parse accepts (1 MiB).
+const MaxFileSize = 1 << 20
+
+// Defaults applied when the file leaves a field out.
+const (
+	DefaultMaxConcurrent = 1
+	DefaultMaxRestarts   = 3
+	DefaultStopGrace     = Duration(120e9) // 120s
+	DefaultCPU           = 1.0
+	DefaultKeepLast      = 2
+	// maxGridTrials bounds the trials a grid search may default to; a larger
+	// grid needs an explicit max_trials.
+	maxGridTrials = 100000
+)
+
+var (
+	namePattern    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,63}$`)
+	hpNamePattern  = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_.-]{0,63}$`)
+	envNamePattern = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+	yamlLineError  = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+)
+
+// Field names, in the order the documentation lists them.
+var (
+	topFields        = []string{"name", "description", "entrypoint", "hyperparameters", "searcher", "objective", "max_trials", "max_concurrent", "max_restarts", "timeout", "stop_grace", "resources", "checkpoints", "seed"}
+	entrypointFields = []string{"command", "workdir", "env"}
+	objectiveFields  = []string{"metric", "direction"}
+	resourceFields   = []string{"cpu", "memory", "gpu"}
+	checkpointFields = []string{"keep_last"}
+	hpFields         = []string{"type", "min", "max", "log", "count", "values", "value", "default"}
+	hpTypeFields     = map[HPType][]string{
+		HPInt:         {"type", "min", "max", "log", "count", "default"},
+		HPFloat:       {"type", "min", "max", "log", "count", "default"},
+		HPCategorical: {"type", "values", "default"},
+		HPConst:       {"type", "value"},
+	}
+	hpTypes = []string{string(HPInt), string(HPFloat), string(HPCategorical), string(HPConst)}
+)
+
+// Load reads and parses the experiment file at path. It returns the file's
+// bytes as well (also when parsing fails), since Virga stores the file exactly
+// as submitted. Files over MaxFileSize are rejected without reading them whole.
+func Load(path string) (*Experiment, []byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening experiment file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading experiment file %s: %w", path, err)
+	}
+	e, err := Parse(path, data)
+	return e, data, err
+}
+
+// Parse parses and validates an experiment file and applies defaults.
+// filename names the file in messages and anchors a relative workdir (the
+// workdir defaults to the file's directory, made absolute). On failure the
+// error is an *Error listing every problem found, sorted by position. Parse
+// never panics, whatever data holds.
+func Parse(filename string, data []byte) (exp *Experiment, err error) {
+	p := &parser{file: filename, hpNodes: map[string]*yaml.Node{}}
+	defer func() {
+		// The YAML library is not ours; a panic in it must not take the server down.
+		if r := recover(); r != nil {
+			exp = nil
+			p.probs = nil
+			p.at(nil, "", "cannot parse YAML: internal parser error (%v)", r)
+			err = p.err()
+		}
+	}()
+	if len(data) > MaxFileSize {
+		p.at(nil, "", "file is over %d bytes (1 MiB); an experiment file must be smaller", MaxFileSize)
+		return nil, p.err()
+	}
+	dir, derr := filepath.Abs(filepath.Dir(filename))
+	if derr != nil {
+		return nil, fmt.Errorf("resolving the directory of %s: %w", filename, derr)
+	}
+	p.dir = dir
+	root := p.document(data)
+	if root == nil {
+		return nil, p.err()
+	}
+	e := p.experiment(root)
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// document decodes data into one YAML mapping node, reporting syntax errors,
+// extra documents, aliases and a root that is not a mapping.
+func (p *parser) document(data []byte) *yaml.Node {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.at(nil, "", "file is empty; an experiment needs at least name and objective")
+		} else {
+			p.syntax(err)
+		}
+		return nil
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		p.syntax(err)
+		return nil
+	default:
+		if next.Kind != yaml.DocumentNode || len(next.Content) > 0 {
+			p.at(&next, "", "a second YAML document starts here; an experiment file holds exactly one (remove the ---)")
+			return nil
+		}
+	}
+	if len(doc.Content) == 0 {
+		p.at(nil, "", "file is empty; an experiment needs at least name and objective")
+		return nil
+	}
+	root := doc.Content[0]
+	if !p.noAliases(root) {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		p.at(root, "", "expected a mapping of fields (name: ..., objective: ...), got %s", describe(root))
+		return nil
+	}
+	return root
+}
+
+// syntax reports a YAML syntax error, with its line when the library gives one.
+func (p *parser) syntax(err error) {
+	msg := err.Error()
+	if m := yamlLineError.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		p.at(&yaml.Node{Line: line}, "", "invalid YAML: %s", m[2])
+		return
+	}
+	p.at(nil, "", "invalid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
+}
+
+// noAliases reports every alias in the tree. Aliases are refused outright:
+// they buy nothing in an experiment file and invite exponential expansion.
+// The walk does not follow aliases, so it visits each node once.
+func (p *parser) noAliases(root *yaml.Node) bool {
+	ok := true
+	stack := []*yaml.Node{root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if n.Kind == yaml.AliasNode {
+			p.at(n, "", "aliases (*%s) are not supported; write the value out", clip(n.Value))
+			ok = false
+			continue
+		}
+		stack = append(stack, n.Content...)
+	}
+	return ok
+}
+
+// experiment reads the root mapping. It reads the hyperparameters first, as
+// the entrypoint and the searcher are checked against them.
+func (p *parser) experiment(root *yaml.Node) *Experiment {
+	f, _ := p.mapping(root, "", "a mapping", topFields)
+	e := &Experiment{
+		Hyperparameters: map[string]*Hyperparameter{},
+		Order:           []string{},
+		MaxConcurrent:   DefaultMaxConcurrent,
+		MaxRestarts:     DefaultMaxRestarts,
+		StopGrace:       DefaultStopGrace,
+		Resources:       Resources{CPU: DefaultCPU},
+		Checkpoints:     Checkpoints{KeepLast: DefaultKeepLast},
+	}
+
+	if n := f.get("name"); n == nil {
+		p.at(root, "name", "required; a name like digits-mlp (letters, digits, '.', '_', '-'; at most 64)")
+	} else if s, ok := p.str(n, "name"); ok {
+		if namePattern.MatchString(s) {
+			e.Name = s
+		} else {
+			p.at(n, "name", "%q is not a valid name; use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters", clip(s))
+		}
+	}
+	if n := f.get("description"); n != nil {
+		if s, ok := p.str(n, "description"); ok {
+			e.Description = s
+		}
+	}
+
+	// Every declared name counts for placeholders, even if its definition is
+	// wrong, so one mistake is not reported twice.
+	var declared []string
+	if n := f.get("hyperparameters"); n != nil {
+		declared = p.hyperparameters(n, e)
+	}
+	if n := f.get("entrypoint"); n != nil {
+		e.Entrypoint = p.entrypoint(n, declared)
+	}
+	searcherNode := f.get("searcher")
+	searcherOK := true
+	if searcherNode == nil {
+		e.Searcher = Searcher{Name: DefaultSearcher}
+	} else {
+		e.Searcher, searcherOK = p.searcher(searcherNode)
+	}
+	if n := f.get("objective"); n == nil {
+		p.at(root, "objective", "required; e.g. objective: {metric: val_loss, direction: minimize}")
+	} else {
+		e.Objective = p.objective(n)
+	}
+
+	var maxTrials int
+	maxTrialsNode := f.get("max_trials")
+	if maxTrialsNode != nil {
+		maxTrials, _ = p.intAtLeast(maxTrialsNode, "max_trials", 1)
+	}
+	if n := f.get("max_concurrent"); n != nil {
+		if v, ok := p.intAtLeast(n, "max_concurrent", 1); ok {
+			e.MaxConcurrent = v
+		}
+	}
+	if n := f.get("max_restarts"); n != nil {
+		if v, ok := p.intAtLeast(n, "max_restarts", 0); ok {
+			e.MaxRestarts = v
+		}
+	}
+	if n := f.get("timeout"); n != nil {
+		e.Timeout, _ = p.duration(n, "timeout")
+	}
+	if n := f.get("stop_grace"); n != nil {
+		if d, ok := p.duration(n, "stop_grace"); ok {
+			e.StopGrace = d
+		}
+	}
+	if n := f.get("resources"); n != nil {
+		p.resources(n, &e.Resources)
+	}
+	if n := f.get("checkpoints"); n != nil {
+		if cf, ok := p.mapping(n, "checkpoints", "a mapping like {keep_last: 2}", checkpointFields); ok {
+			if k := cf.get("keep_last"); k != nil {
+				if v, ok := p.intAtLeast(k, "checkpoints.keep_last", 1); ok {
+					e.Checkpoints.KeepLast = v
+				}
+			}
+		}
+	}
+	if n := f.get("seed"); n != nil {
+		e.Seed, _ = p.seed(n)
+	}
+
+	if searcherOK {
+		p.searchSpace(e, searcherNode, maxTrialsNode, maxTrials)
+	}
+	return e
+}
+
+// seed reads a uint64.
+func (p *parser) seed(n *yaml.Node) (uint64, bool) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
+		var u uint64
+		if err := n.Decode(&u); err == nil {
+			return u, true
+		}
+		if strings.HasPrefix(strings.TrimSpace(n.Value), "-") {
+			p.at(n, "seed", "must be >= 0 (got %s)", clip(n.Value))
+		} else {
+			p.at(n, "seed", "must fit in 64 bits (at most 18446744073709551615, got %s)", clip(n.Value))
+		}
+		return 0, false
+	}
+	p.at(n, "seed", "expected a non-negative integer, got %s", describe(n))
+	return 0, false
+}
+
+// searcher reads `searcher: NAME` or `searcher: {name: NAME, SETTING: ...}`.
+func (p *parser) searcher(n *yaml.Node) (Searcher, bool) {
+	const path = "searcher"
+	names := SearcherNames()
+	checkName := func(nn *yaml.Node, path string) (string, searcherDef, bool) {
+		s, ok := p.str(nn, path)
+		if !ok {
+			return "", searcherDef{}, false
+		}
+		def, ok := searcherDefs[s]
+		if !ok {
+			p.unknown(nn, path, "searcher", s, names)
+			return "", searcherDef{}, false
+		}
+		return s, def, true
+	}
+	if n.Kind == yaml.ScalarNode {
+		if !isScalar(n) {
+			p.at(n, path, "expected a searcher name (%s) or {name: ...}, got %s", strings.Join(names, ", "), describe(n))
+			return Searcher{}, false
+		}
+		name, _, ok := checkName(n, path)
+		return Searcher{Name: name}, ok
+	}
+	f, ok := p.mapping(n, path, fmt.Sprintf("a searcher name (%s) or {name: ...}", strings.Join(names, ", ")), nil)
+	if !ok {
+		return Searcher{}, false
+	}
+	nameNode := f.get("name")
+	if nameNode == nil {
+		p.at(n, join(path, "name"), "required; one of %s", strings.Join(names, ", "))
+		return Searcher{}, false
+	}
+	name, def, ok := checkName(nameNode, join(path, "name"))
+	if !ok {
+		return Searcher{}, false
+	}
+	s := Searcher{Name: name}
+	allowed := def.settingNames()
+	for _, fl := range f.list {
+		if fl.name == "name" {
+			continue
+		}
+		kind, known := def.settings[fl.name]
+		if !known {
+			switch sg := suggest(fl.name, allowed); {
+			case sg != "":
+				p.at(fl.key, path, "unknown setting %q for searcher %s; did you mean %s?", clip(fl.name), name, sg)
+			case len(allowed) == 0:
+				p.at(fl.key, path, "unknown setting %q; searcher %s takes no settings", clip(fl.name), name)
+			default:
+				p.at(fl.key, path, "unknown setting %q for searcher %s (allowed: %s)", clip(fl.name), name, strings.Join(allowed, ", "))
+			}
+			ok = false
+			continue
+		}
+		v, vok := p.setting(fl.val, join(path, fl.name), kind)
+		if !vok {
+			ok = false
+			continue
+		}
+		if s.Settings == nil {
+			s.Settings = map[string]any{}
+		}
+		s.Settings[fl.name] = v
+	}
+	return s, ok
+}
+
+// setting reads one searcher setting of the given kind.
+func (p *parser) setting(n *yaml.Node, path string, kind SettingKind) (any, bool) {
+	switch kind {
+	case SettingInt:
+		return p.integer(n, path)
+	case SettingFloat:
+		return p.number(n, path)
+	case SettingBool:
+		return p.boolean(n, path)
+	default:
+		return p.str(n, path)
+	}
+}
+
+// objective reads `objective: METRIC` or `objective: {metric: ..., direction: ...}`.
+func (p *parser) objective(n *yaml.Node) Objective {
+	o := Objective{Direction: Minimize}
+	if n.Kind == yaml.ScalarNode {
+		if m, ok := p.str(n, "objective"); ok {
+			o.Metric = m
+		}
+		return o
+	}
+	f, ok := p.mapping(n, "objective", "a metric name or {metric: ..., direction: ...}", objectiveFields)
+	if !ok {
+		return o
+	}
+	if m := f.get("metric"); m == nil {
+		p.at(n, "objective.metric", "required; the name of a reported metric, e.g. val_loss")
+	} else if s, ok := p.str(m, "objective.metric"); ok {
+		o.Metric = s
+	}
+	if d := f.get("direction"); d != nil {
+		if s, ok := p.str(d, "objective.direction"); ok {
+			switch Direction(s) {
+			case Minimize, Maximize:
+				o.Direction = Direction(s)
+			default:
+				if sg := suggest(s, []string{string(Minimize), string(Maximize)}); sg != "" {
+					p.at(d, "objective.direction", "must be minimize or maximize (got %q); did you mean %s?", clip(s), sg)
+				} else {
+					p.at(d, "objective.direction", "must be minimize or maximize (got %q)", clip(s))
+				}
+			}
+		}
+	}
+	return o
+}
+
+// resources reads {cpu, memory, gpu} into r, which holds the defaults.
+func (p *parser) resources(n *yaml.Node, r *Resources) {
+	f, ok := p.mapping(n, "resources", "a mapping like {cpu: 1, memory: 512MiB, gpu: 0}", resourceFields)
+	if !ok {
+		return
+	}
+	if c := f.get("cpu"); c != nil {
+		if v, ok := p.number(c, "resources.cpu"); ok {
+			if v > 0 {
+				r.CPU = v
+			} else {
+				p.at(c, "resources.cpu", "must be > 0 (got %s); fractions like 0.5 are allowed", clip(c.Value))
+			}
+		}
+	}
+	if m := f.get("memory"); m != nil {
+		if !isScalar(m) || m.ShortTag() == "!!bool" {
+			p.at(m, "resources.memory", "expected a size like 512MiB, 2GiB, 1G or a number of MiB, got %s", describe(m))
+		} else if v, err := ParseMemory(m.Value); err != nil {
+			p.at(m, "resources.memory", "%v", err)
+		} else {
+			r.MemoryMB = v
+		}
+	}
+	if g := f.get("gpu"); g != nil {
+		if v, ok := p.intAtLeast(g, "resources.gpu", 0); ok {
+			r.GPU = v
+		}
+	}
+}
