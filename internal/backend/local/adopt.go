@@ -1,0 +1,157 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+)
+
+// Adopt takes over an attempt recorded by an earlier server, from its
+// directory a.Dir:
+//
+//   - If the shim lives (it holds shim.lock), res is reserved (even beyond
+//     capacity: the process runs regardless), Started is emitted with the
+//     trial's pid from shim.json (so that an attempt still recorded as
+//     STARTING can be moved on; readers must accept a Started for an attempt
+//     they already saw running), Stop works as for attempts started here, and
+//     Exited follows when the shim ends.
+//   - If not, the backend takes shim.lock and keeps it until Close, so that a
+//     late shim can never start the trial, and emits Exited at once: with the
+//     status in exit.json, or Lost if there is none. For a lost attempt it
+//     also writes exit.json (Lost), which keeps any later shim from starting.
+//
+// It returns an error, emitting nothing, if the attempt is already running
+// here, if a.Dir is not absolute, or on I/O failure.
+func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resources) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("adopting attempt: %w", err)
+	}
+	if at == nil || !filepath.IsAbs(at.Dir) {
+		return errors.New("adopting attempt: it needs an absolute Dir")
+	}
+	a := &attempt{id: at.ID, dir: at.Dir}
+	b.mu.Lock()
+	switch {
+	case b.closed:
+		b.mu.Unlock()
+		return fmt.Errorf("adopting attempt %d: the local backend is closed", at.ID)
+	case b.attempts[at.ID] != nil:
+		b.mu.Unlock()
+		return fmt.Errorf("adopting attempt %d: already running here: %w", at.ID, virga.ErrConflict)
+	}
+	b.attempts[at.ID] = a
+	b.mu.Unlock()
+
+	lock, locked, err := b.lockDir(at.Dir)
+	if err != nil {
+		b.mu.Lock()
+		delete(b.attempts, at.ID)
+		b.mu.Unlock()
+		return fmt.Errorf("adopting attempt %d: %w", at.ID, err)
+	}
+	if locked {
+		b.declareOver(a, lock)
+		return nil
+	}
+
+	// The shim lives: watch it.
+	b.mu.Lock()
+	if b.closed {
+		delete(b.attempts, at.ID)
+		b.mu.Unlock()
+		lock.Close()
+		return fmt.Errorf("adopting attempt %d: the local backend is closed", at.ID)
+	}
+	a.res = res
+	b.reserved = b.reserved.Add(res)
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go b.watchAdopted(a, lock)
+	return nil
+}
+
+// lockDir opens dir's lock (creating dir if the attempt never got that far)
+// and tries to take it.
+func (b *Backend) lockDir(dir string) (*os.File, bool, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, false, fmt.Errorf("creating the attempt directory: %w", err)
+	}
+	return openLock(dir)
+}
+
+// watchAdopted polls the lock of an adopted attempt whose shim lived: while
+// the lock is held the shim lives; once it can be taken, the shim has ended.
+func (b *Backend) watchAdopted(a *attempt, lock *os.File) {
+	defer b.wg.Done()
+	b.adoptStarted(a)
+	t := time.NewTicker(b.poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			lock.Close()
+			return
+		case <-t.C:
+		}
+		locked, err := tryFlock(lock)
+		if err != nil || !locked {
+			b.adoptStarted(a) // shim.json may be written only now
+			continue
+		}
+		b.declareOver(a, lock)
+		return
+	}
+}
+
+// adoptStarted emits Started for an adopted attempt once shim.json names its
+// trial.
+func (b *Backend) adoptStarted(a *attempt) {
+	b.mu.Lock()
+	known := a.pid != 0
+	b.mu.Unlock()
+	if known {
+		return
+	}
+	if rec, err := readShimRecord(a.dir); err == nil {
+		b.started(a, rec.TrialPID, rec.StartedAt)
+	}
+}
+
+// declareOver ends an attempt whose lock this backend holds: no shim runs it,
+// and none ever will. It keeps the lock until Close and emits Exited from
+// exit.json, or Lost (recording it in exit.json) if there is none.
+func (b *Backend) declareOver(a *attempt, lock *os.File) {
+	now := b.now()
+	var ev backend.Event
+	rec, err := readExitRecord(a.dir)
+	switch {
+	case err == nil:
+		ev = exitEvent(a.id, rec, now)
+	case errors.Is(err, fs.ErrNotExist):
+		msg := "no shim runs the attempt and it recorded no exit status (the shim never started, or died)"
+		if _, serr := os.Stat(filepath.Join(a.dir, ShimFile)); serr != nil {
+			msg = "the attempt's shim never started the trial"
+		}
+		ev = lostEvent(a.id, now, msg)
+		if werr := writeJSONAtomic(filepath.Join(a.dir, ExitFile), exitRecord{Lost: true, Message: msg, EndedAt: now}, true); werr != nil {
+			ev.Message += fmt.Sprintf(" (recording it failed: %v; the lock is held until Close)", werr)
+		}
+	default:
+		ev = lostEvent(a.id, now, fmt.Sprintf("the attempt's exit status cannot be read: %v", err))
+	}
+	b.mu.Lock()
+	if b.closed {
+		lock.Close()
+	} else {
+		b.held = append(b.held, lock)
+	}
+	b.mu.Unlock()
+	b.finish(a, ev)
+}

@@ -1,0 +1,133 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+)
+
+func TestAdoptLive(t *testing.T) {
+	t.Parallel()
+	capacity := virga.Resources{CPU: 4, MemoryMB: 4096}
+	res := virga.Resources{CPU: 1, MemoryMB: 100}
+	a := newBackend(t, Config{Capacity: capacity})
+	s := shSpec(t, 7, `echo ready; exec sleep 100`)
+	s.Resources = res
+	started := start(t, a, s)
+	waitOutput(t, s.Dir, "ready")
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if processGone(started.PID) {
+		t.Fatal("Close killed the trial")
+	}
+
+	b := newBackend(t, Config{Capacity: capacity})
+	if err := b.Adopt(context.Background(), &virga.Attempt{ID: 7, Dir: s.Dir}, res); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, b, 7, backend.Started)
+	if ev.PID != started.PID {
+		t.Errorf("adopted Started pid %d, want %d", ev.PID, started.PID)
+	}
+	if diff := cmp.Diff(capacity.Sub(res), b.Free()); diff != "" {
+		t.Errorf("Free (-want,+got):\n%s", diff)
+	}
+	if err := b.Adopt(context.Background(), &virga.Attempt{ID: 7, Dir: s.Dir}, res); !errors.Is(err, virga.ErrConflict) {
+		t.Errorf("second Adopt: %v, want ErrConflict", err)
+	}
+	if err := b.Stop(7, 0); err != nil {
+		t.Fatal(err)
+	}
+	ev = expect(t, b, 7, backend.Exited)
+	if ev.Signal != "killed" {
+		t.Fatalf("Exited = %+v, want signal killed", ev)
+	}
+	if diff := cmp.Diff(capacity, b.Free()); diff != "" {
+		t.Errorf("Free after exit (-want,+got):\n%s", diff)
+	}
+}
+
+func TestAdoptFinished(t *testing.T) {
+	t.Parallel()
+	a := newBackend(t, Config{})
+	s := shSpec(t, 3, `exit 5`)
+	start(t, a, s)
+	expect(t, a, 3, backend.Exited)
+	a.Close()
+
+	b := newBackend(t, Config{})
+	if err := b.Adopt(context.Background(), &virga.Attempt{ID: 3, Dir: s.Dir}, virga.Resources{CPU: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, b, 3, backend.Exited)
+	if ev.ExitCode == nil || *ev.ExitCode != 5 {
+		t.Fatalf("Exited = %+v, want exit code 5", ev)
+	}
+	if b.Free() != b.capacity {
+		t.Errorf("a finished adopted attempt holds resources: free %+v", b.Free())
+	}
+}
+
+// runShim runs the test binary as a shim on dir and returns its exit code.
+func runShimOn(t *testing.T, dir string, argv ...string) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"--dir", dir, "--"}, argv...)...)
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+func TestAdoptNeverStarted(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "attempt")
+	ran := filepath.Join(t.TempDir(), "ran")
+	b := newBackend(t, Config{})
+	if err := b.Adopt(context.Background(), &virga.Attempt{ID: 9, Dir: dir}, virga.Resources{}); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, b, 9, backend.Exited)
+	if !ev.Lost {
+		t.Fatalf("Exited = %+v, want Lost", ev)
+	}
+	// While b holds the lock, and after it let go, a late shim refuses.
+	if code := runShimOn(t, dir, "touch", ran); code != ShimExitLocked {
+		t.Errorf("late shim exited %d, want %d", code, ShimExitLocked)
+	}
+	b.Close()
+	if code := runShimOn(t, dir, "touch", ran); code != ShimExitLocked {
+		t.Errorf("late shim after Close exited %d, want %d", code, ShimExitLocked)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("a late shim started the trial")
+	}
+	// A later server reads the same verdict.
+	c := newBackend(t, Config{})
+	if err := c.Adopt(context.Background(), &virga.Attempt{ID: 9, Dir: dir}, virga.Resources{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := expect(t, c, 9, backend.Exited); !ev.Lost {
+		t.Fatalf("Exited = %+v, want Lost", ev)
+	}
+}
+
+func TestShimUsage(t *testing.T) {
+	t.Parallel()
+	if code := ShimMain([]string{"--", "true"}); code != ShimExitUsage {
+		t.Errorf("no --dir: exit %d, want %d", code, ShimExitUsage)
+	}
+	if code := ShimMain([]string{"--dir", t.TempDir()}); code != ShimExitUsage {
+		t.Errorf("no argv: exit %d, want %d", code, ShimExitUsage)
+	}
+}

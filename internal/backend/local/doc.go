@@ -1,0 +1,9 @@
+// Package local runs attempts as processes on this machine, each under its own
+// `virga shim` supervisor (ShimMain), and adopts the attempts an earlier server
+// left running. It owns the per-attempt bookkeeping files (shim.lock,
+// shim.json, exit.json, output.log) and the machine's resource accounting.
+//
+// It starts, signals and watches what it is told to and never decides what
+// should run; it never kills a process on Close, and never lets a trial start
+// twice or start after its attempt was declared lost.
+package local

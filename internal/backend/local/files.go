@@ -1,0 +1,170 @@
+package local
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/virga-ml/virga/internal/backend"
+)
+
+// Names of the files the backend and the shim keep in an attempt's directory.
+const (
+	// OutputFile holds the trial's stdout and stderr, and the shim's own messages.
+	OutputFile = "output.log"
+	// LockFile is flocked by the shim for as long as it lives, and by a server
+	// that declared the attempt over.
+	LockFile = "shim.lock"
+	// ShimFile records the shim's and the trial's pids once the trial started.
+	ShimFile = "shim.json"
+	// ExitFile records how the trial ended; written atomically, once.
+	ExitFile = "exit.json"
+)
+
+// shimRecord is the content of ShimFile.
+type shimRecord struct {
+	ShimPID   int       `json:"shim_pid"`
+	TrialPID  int       `json:"trial_pid"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// exitRecord is the content of ExitFile. Exactly one of ExitCode, Signal and
+// Lost is set.
+type exitRecord struct {
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Signal   string    `json:"signal,omitempty"`
+	Lost     bool      `json:"lost,omitempty"` // written by a server that found no shim and no status
+	Message  string    `json:"message,omitempty"`
+	EndedAt  time.Time `json:"ended_at,omitzero"`
+}
+
+// writeJSONAtomic writes v as JSON to path through a temporary file and a
+// rename, so that readers see the whole file or none. With sync, the content
+// is flushed to disk before the rename.
+func writeJSONAtomic(path string, v any, sync bool) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", filepath.Base(path), err)
+	}
+	data = append(data, '\n')
+	tmp := path + ".tmp." + strconv.Itoa(os.Getpid())
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
+	}
+	_, err = f.Write(data)
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// readJSON decodes the JSON file at path into v. A missing file yields an
+// error wrapping fs.ErrNotExist.
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", filepath.Base(path), err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return nil
+}
+
+func readExitRecord(dir string) (*exitRecord, error) {
+	var r exitRecord
+	if err := readJSON(filepath.Join(dir, ExitFile), &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func readShimRecord(dir string) (*shimRecord, error) {
+	var r shimRecord
+	if err := readJSON(filepath.Join(dir, ShimFile), &r); err != nil {
+		return nil, err
+	}
+	if r.TrialPID <= 0 {
+		return nil, fmt.Errorf("%s: no trial pid", filepath.Join(dir, ShimFile))
+	}
+	return &r, nil
+}
+
+// openLock opens (creating if needed) the lock file in dir and tries to take
+// its exclusive flock without blocking. The file is returned in both cases so
+// that the caller can poll it; it is close-on-exec, so no child inherits it.
+func openLock(dir string) (f *os.File, locked bool, err error) {
+	f, err = os.OpenFile(filepath.Join(dir, LockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, false, fmt.Errorf("opening lock: %w", err)
+	}
+	locked, err = tryFlock(f)
+	if err != nil {
+		f.Close()
+		return nil, false, err
+	}
+	return f, locked, nil
+}
+
+// tryFlock takes f's exclusive flock without blocking; false means another
+// open file holds it.
+func tryFlock(f *os.File) (bool, error) {
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EWOULDBLOCK):
+			return false, nil
+		default:
+			return false, fmt.Errorf("locking %s: %w", f.Name(), err)
+		}
+	}
+}
+
+// exitEvent turns an exit record into the Exited event of attempt id.
+func exitEvent(id int64, r *exitRecord, now time.Time) backend.Event {
+	ev := backend.Event{AttemptID: id, Kind: backend.Exited, Time: now, Message: r.Message}
+	if !r.EndedAt.IsZero() {
+		ev.Time = r.EndedAt
+	}
+	switch {
+	case r.Lost:
+		ev.Lost = true
+	case r.ExitCode != nil:
+		code := *r.ExitCode
+		ev.ExitCode = &code
+	case r.Signal != "":
+		ev.Signal = r.Signal
+	default:
+		ev.Lost = true
+		if ev.Message == "" {
+			ev.Message = "exit.json records no status"
+		}
+	}
+	return ev
+}
+
+// lostEvent is the Exited event of an attempt without an exit status.
+func lostEvent(id int64, now time.Time, msg string) backend.Event {
+	return backend.Event{AttemptID: id, Kind: backend.Exited, Time: now, Lost: true, Message: msg}
+}

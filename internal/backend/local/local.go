@@ -1,0 +1,443 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+)
+
+// ErrNoCapacity is returned (wrapped) by Start when the attempt's resources do
+// not fit in what is free; it wraps virga.ErrNoCapacity.
+var ErrNoCapacity = fmt.Errorf("local backend: %w", virga.ErrNoCapacity)
+
+// Config configures a local Backend. The zero value is usable.
+type Config struct {
+	// Capacity is what the backend may hand out. Zero means this machine:
+	// runtime.NumCPU cores, MemTotal from /proc/meminfo, no GPUs.
+	Capacity virga.Resources
+	// ShimCommand runs the shim; the shim's flags and the trial's argv are
+	// appended. Default: [os.Executable(), "shim"].
+	ShimCommand []string
+	// Now is the clock for event times; nil means time.Now.
+	Now func() time.Time
+	// PollInterval is how often an adopted attempt's lock is tried to learn
+	// that its shim ended. Default 100ms.
+	PollInterval time.Duration
+}
+
+// Backend runs attempts as processes on this machine, each under a `virga
+// shim`. It implements backend.Backend and backend.Adopter.
+type Backend struct {
+	capacity virga.Resources
+	shim     []string
+	now      func() time.Time
+	poll     time.Duration
+	q        *eventQueue
+
+	ctx    context.Context // cancelled by Close: adopted watchers stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // adopted watchers
+
+	mu       sync.Mutex
+	reserved virga.Resources
+	attempts map[int64]*attempt // running or adopted, until their Exited
+	held     []*os.File         // locks of attempts declared over, released by Close
+	closed   bool
+}
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Adopter = (*Backend)(nil)
+)
+
+// attempt is the backend's record of one running or adopted attempt.
+// Fields after id are guarded by Backend.mu.
+type attempt struct {
+	id  int64
+	dir string
+	res virga.Resources
+
+	pid  int  // the trial's pid (= its process group id); 0 until known
+	done bool // Exited was decided; never signal again
+
+	stopAsked  bool          // Stop came before the pid was known
+	stopGrace  time.Duration // the shortest grace asked before the pid was known
+	termSent   bool
+	killAt     time.Time
+	killTimer  *time.Timer
+	killIssued bool
+}
+
+// New returns a backend with cfg's defaults filled in.
+func New(cfg Config) (*Backend, error) {
+	b := &Backend{
+		capacity: cfg.Capacity,
+		shim:     cfg.ShimCommand,
+		now:      cfg.Now,
+		poll:     cfg.PollInterval,
+		attempts: make(map[int64]*attempt),
+	}
+	if b.capacity == (virga.Resources{}) {
+		mem, err := memTotalMB()
+		if err != nil {
+			return nil, fmt.Errorf("local backend: detecting capacity: %w", err)
+		}
+		b.capacity = virga.Resources{CPU: float64(runtime.NumCPU()), MemoryMB: mem}
+	}
+	if len(b.shim) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("local backend: finding the shim: %w", err)
+		}
+		b.shim = []string{exe, "shim"}
+	}
+	b.shim = append([]string(nil), b.shim...)
+	if b.now == nil {
+		b.now = time.Now
+	}
+	if b.poll <= 0 {
+		b.poll = 100 * time.Millisecond
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.q = newEventQueue()
+	return b, nil
+}
+
+// memTotalMB reads MemTotal from /proc/meminfo, in MiB.
+func memTotalMB() (int64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(line, "MemTotal:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("/proc/meminfo: unexpected MemTotal line %q", line)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/meminfo: MemTotal: %w", err)
+		}
+		return kb / 1024, nil
+	}
+	return 0, errors.New("/proc/meminfo: no MemTotal line")
+}
+
+// Name returns "local".
+func (b *Backend) Name() string { return "local" }
+
+// Events returns the channel of Started and Exited events. Events are queued
+// without bound, so watchers never wait for the reader; the channel is closed
+// by Close, and events not yet delivered then are dropped (the next server
+// adopts the attempts and learns their state again).
+//
+// A started attempt gets Started (with the trial's pid) once the shim has
+// started the trial, then Exited. An attempt whose trial never started (the
+// shim could not run, or the directory was locked) gets only Exited.
+func (b *Backend) Events() <-chan backend.Event { return b.q.out }
+
+// Free returns the capacity not reserved by running or adopted attempts. It
+// can be negative in a dimension when adopted attempts overcommit it.
+func (b *Backend) Free() virga.Resources {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.capacity.Sub(b.reserved)
+}
+
+// Start reserves the attempt's resources and launches its shim; it returns as
+// soon as the shim process exists. Started follows when the shim reports the
+// trial's pid; Exited follows when the shim ends. Start returns an error
+// wrapping ErrNoCapacity if the resources do not fit, and one wrapping
+// virga.ErrConflict if the attempt is running here or its directory records
+// an earlier run. A trial that cannot be executed (no such command, bad
+// workdir) is not a Start error: it ends with exit code 127 and a Message.
+func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("starting attempt: %w", err)
+	}
+	if s == nil || len(s.Argv) == 0 || !filepath.IsAbs(s.Dir) {
+		return errors.New("starting attempt: the spec needs an argv and an absolute Dir")
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, ExitFile)); err == nil {
+		return fmt.Errorf("starting attempt %d: %s exists, the attempt already ran: %w", s.AttemptID, filepath.Join(s.Dir, ExitFile), virga.ErrConflict)
+	}
+
+	// 1. Reserve.
+	a := &attempt{id: s.AttemptID, dir: s.Dir, res: s.Resources}
+	b.mu.Lock()
+	switch free := b.capacity.Sub(b.reserved); {
+	case b.closed:
+		b.mu.Unlock()
+		return fmt.Errorf("starting attempt %d: the local backend is closed", s.AttemptID)
+	case b.attempts[s.AttemptID] != nil:
+		b.mu.Unlock()
+		return fmt.Errorf("starting attempt %d: already running: %w", s.AttemptID, virga.ErrConflict)
+	case !s.Resources.Fits(free):
+		b.mu.Unlock()
+		return fmt.Errorf("starting attempt %d: needs %s, free %s: %w", s.AttemptID, fmtRes(s.Resources), fmtRes(free), ErrNoCapacity)
+	}
+	b.reserved = b.reserved.Add(s.Resources)
+	b.attempts[s.AttemptID] = a
+	b.mu.Unlock()
+
+	// 2. Launch the shim.
+	cmd, pidR, err := b.launch(s)
+	if err != nil {
+		b.mu.Lock()
+		b.reserved = b.reserved.Sub(s.Resources)
+		delete(b.attempts, s.AttemptID)
+		b.mu.Unlock()
+		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, err)
+	}
+	go b.watchChild(a, cmd, pidR)
+	return nil
+}
+
+// launch starts the shim for s and returns it with the read end of its pid pipe.
+func (b *Backend) launch(s *backend.StartSpec) (*exec.Cmd, *os.File, error) {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("creating the attempt directory: %w", err)
+	}
+	// The shim's own stdout and stderr (messages before it opens the log)
+	// go to the log too; never to a pipe to this server, which may die.
+	logf, err := os.OpenFile(filepath.Join(s.Dir, OutputFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening the output log: %w", err)
+	}
+	defer logf.Close()
+	pidR, pidW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the pid pipe: %w", err)
+	}
+	defer pidW.Close()
+
+	args := append(append([]string(nil), b.shim[1:]...), "--dir", s.Dir, "--pid-fd", "3")
+	if s.Workdir != "" {
+		args = append(args, "--workdir", s.Workdir)
+	}
+	if s.ReportURL != "" {
+		args = append(args, "--report-url", s.ReportURL, "--token-env", DefaultTokenEnv)
+	}
+	args = append(append(args, "--"), s.Argv...)
+
+	env := os.Environ()
+	for k, v := range s.Env {
+		env = append(env, k+"="+v) // later entries win
+	}
+	if s.Token != "" {
+		env = append(env, DefaultTokenEnv+"="+s.Token)
+	}
+
+	cmd := exec.Command(b.shim[0], args...)
+	cmd.Env = env
+	cmd.Dir = s.Dir
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.ExtraFiles = []*os.File{pidW} // fd 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		pidR.Close()
+		return nil, nil, fmt.Errorf("launching the shim %s: %w", b.shim[0], err)
+	}
+	return cmd, pidR, nil
+}
+
+// watchChild follows a shim this backend launched: Started when the trial's
+// pid arrives on the pipe, Exited when the shim ends. After Close it still
+// reaps the shim but emits nothing.
+func (b *Backend) watchChild(a *attempt, cmd *exec.Cmd, pidR *os.File) {
+	line, _ := bufio.NewReaderSize(pidR, 32).ReadString('\n')
+	pidR.Close()
+	if pid, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && pid > 0 {
+		b.started(a, pid, b.now())
+	}
+	_ = cmd.Wait() // the status is in ProcessState
+	b.finish(a, b.shimExitEvent(a, cmd.ProcessState))
+}
+
+// shimExitEvent is the Exited event of an attempt whose shim ended with st.
+func (b *Backend) shimExitEvent(a *attempt, st *os.ProcessState) backend.Event {
+	rec, err := readExitRecord(a.dir)
+	if err == nil {
+		return exitEvent(a.id, rec, b.now())
+	}
+	now := b.now()
+	switch {
+	case st.ExitCode() == ShimExitLocked:
+		return lostEvent(a.id, now, "the attempt's directory is owned by another shim or server; the trial was not started")
+	case errors.Is(err, fs.ErrNotExist):
+		return lostEvent(a.id, now, fmt.Sprintf("the shim ended (%s) without recording the trial's exit; see %s", st, filepath.Join(a.dir, OutputFile)))
+	default:
+		return lostEvent(a.id, now, fmt.Sprintf("the shim ended (%s): %v", st, err))
+	}
+}
+
+// started records the trial's pid, emits Started, and applies a Stop that
+// came before the pid was known.
+func (b *Backend) started(a *attempt, pid int, t time.Time) {
+	b.mu.Lock()
+	if a.done || a.pid != 0 {
+		b.mu.Unlock()
+		return
+	}
+	a.pid = pid
+	b.q.push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: t, PID: pid})
+	if a.stopAsked {
+		_ = b.stopLocked(a, a.stopGrace) // the group may be gone already
+	}
+	b.mu.Unlock()
+}
+
+// finish releases the attempt's resources, forgets it and emits ev (its
+// Exited event). Resources are released before the event so that a reader
+// reacting to it finds them free.
+func (b *Backend) finish(a *attempt, ev backend.Event) {
+	b.mu.Lock()
+	if a.done {
+		b.mu.Unlock()
+		return
+	}
+	a.done = true
+	if a.killTimer != nil {
+		a.killTimer.Stop()
+	}
+	b.reserved = b.reserved.Sub(a.res)
+	if b.attempts[a.id] == a {
+		delete(b.attempts, a.id)
+	}
+	b.q.push(ev)
+	b.mu.Unlock()
+}
+
+// Stop sends SIGTERM to the attempt's process group now and SIGKILL after
+// grace (at once if grace <= 0). It returns at once; Exited follows. It is
+// idempotent: a later Stop never sends SIGTERM again and can only bring the
+// SIGKILL closer. Stopping an attempt this backend does not run (it ended, or
+// was never started or adopted here) is not an error.
+func (b *Backend) Stop(attemptID int64, grace time.Duration) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a := b.attempts[attemptID]
+	if a == nil || a.done {
+		return nil
+	}
+	grace = max(grace, 0)
+	if a.pid == 0 {
+		if !a.stopAsked || grace < a.stopGrace {
+			a.stopAsked, a.stopGrace = true, grace
+		}
+		return nil
+	}
+	if err := b.stopLocked(a, grace); err != nil {
+		return fmt.Errorf("stopping attempt %d: %w", attemptID, err)
+	}
+	return nil
+}
+
+// stopLocked signals a's group; b.mu is held and a.pid is known.
+func (b *Backend) stopLocked(a *attempt, grace time.Duration) error {
+	if a.killIssued {
+		return nil
+	}
+	killAt := time.Now().Add(grace)
+	if a.termSent && !killAt.Before(a.killAt) {
+		return nil
+	}
+	if a.killTimer != nil {
+		a.killTimer.Stop()
+		a.killTimer = nil
+	}
+	a.killAt = killAt
+	if grace == 0 {
+		a.termSent, a.killIssued = true, true
+		return signalGroup(a.pid, unix.SIGKILL)
+	}
+	if !a.termSent {
+		a.termSent = true
+		if err := signalGroup(a.pid, unix.SIGTERM); err != nil {
+			return err
+		}
+	}
+	a.killTimer = time.AfterFunc(grace, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if a.done || b.closed || a.killIssued || time.Now().Before(a.killAt) {
+			return
+		}
+		a.killIssued = true
+		_ = signalGroup(a.pid, unix.SIGKILL)
+	})
+	return nil
+}
+
+// signalGroup signals the process group led by pid; if the trial left that
+// group, the trial itself. A group that is already gone is not an error.
+func signalGroup(pid int, sig unix.Signal) error {
+	err := unix.Kill(-pid, sig)
+	if errors.Is(err, unix.ESRCH) {
+		err = unix.Kill(pid, sig)
+	}
+	if err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("sending %s to process group %d: %w", unix.SignalName(sig), pid, err)
+	}
+	return nil
+}
+
+// Close stops watching attempts and closes the Events channel; it does not
+// signal any process, and cancels pending SIGKILLs of Stop. Shims this
+// backend launched are still reaped when they end. Locks taken to keep lost
+// attempts from starting are released: their exit.json keeps a late shim
+// from starting them. Close is idempotent.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	for _, a := range b.attempts {
+		if a.killTimer != nil {
+			a.killTimer.Stop()
+		}
+	}
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	b.mu.Lock()
+	held := b.held
+	b.held = nil
+	b.mu.Unlock()
+	var errs []error
+	for _, f := range held {
+		if err := f.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("releasing %s: %w", f.Name(), err))
+		}
+	}
+	b.q.close()
+	return errors.Join(errs...)
+}
+
+// fmtRes formats resources for messages.
+func fmtRes(r virga.Resources) string {
+	return fmt.Sprintf("%s cpu, %d MiB, %d gpu", strconv.FormatFloat(r.CPU, 'g', -1, 64), r.MemoryMB, r.GPU)
+}

@@ -1,0 +1,381 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+)
+
+func intp(n int) *int { return &n }
+
+func TestExit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		script string
+		// wantCode and wantSignal describe the Exited event.
+		wantCode   *int
+		wantSignal string
+	}{
+		{name: "exit 0", script: "exit 0", wantCode: intp(0)},
+		{name: "exit 3", script: "exit 3", wantCode: intp(3)},
+		{name: "killed by a signal", script: "kill -9 $$", wantSignal: "killed"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			b := newBackend(t, Config{Now: func() time.Time { return fixed }})
+			s := shSpec(t, int64(i+1), tc.script)
+			started := start(t, b, s)
+			if !started.Time.Equal(fixed) {
+				t.Errorf("Started.Time = %v, want the injected clock's %v", started.Time, fixed)
+			}
+			ev := expect(t, b, s.AttemptID, backend.Exited)
+			got := backend.Event{ExitCode: ev.ExitCode, Signal: ev.Signal, Lost: ev.Lost}
+			want := backend.Event{ExitCode: tc.wantCode, Signal: tc.wantSignal}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Exited (-want,+got):\n%s", diff)
+			}
+			rec, err := readShimRecord(s.Dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.TrialPID != started.PID || rec.ShimPID <= 0 {
+				t.Errorf("shim.json = %+v, want trial pid %d", rec, started.PID)
+			}
+			if _, err := os.Stat(filepath.Join(s.Dir, ExitFile)); err != nil {
+				t.Errorf("exit.json: %v", err)
+			}
+		})
+	}
+}
+
+func TestStopTrappedTERM(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, `trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done`)
+	start(t, b, s)
+	waitOutput(t, s.Dir, "ready")
+	t0 := time.Now()
+	if err := b.Stop(s.AttemptID, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Stop(s.AttemptID, 30*time.Second); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if ev.ExitCode == nil || *ev.ExitCode != 7 {
+		t.Fatalf("Exited = %+v, want exit code 7 from the trap", ev)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("stop took %s, want well under the grace", d)
+	}
+	if !strings.Contains(readOutput(t, s.Dir), "got TERM") {
+		t.Errorf("output.log lacks the trap's output:\n%s", readOutput(t, s.Dir))
+	}
+	if err := b.Stop(s.AttemptID, time.Second); err != nil {
+		t.Errorf("Stop after exit: %v", err)
+	}
+}
+
+func TestStopIgnoredTERMKillsAfterGrace(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, `trap '' TERM; sleep 100 & echo $! > child; echo ready; wait`)
+	start(t, b, s)
+	waitOutput(t, s.Dir, "ready")
+	child := readPIDFile(t, filepath.Join(s.Workdir, "child"))
+	t0 := time.Now()
+	if err := b.Stop(s.AttemptID, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if ev.Signal != "killed" {
+		t.Fatalf("Exited = %+v, want signal killed", ev)
+	}
+	if d := time.Since(t0); d < 300*time.Millisecond {
+		t.Errorf("killed after %s, before the grace", d)
+	}
+	waitFor(t, "the grandchild to die", func() bool { return processGone(child) })
+}
+
+func TestStopKillsProcessGroup(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, `sleep 100 & echo $! > child; echo ready; wait`)
+	started := start(t, b, s)
+	waitOutput(t, s.Dir, "ready")
+	child := readPIDFile(t, filepath.Join(s.Workdir, "child"))
+	if err := b.Stop(s.AttemptID, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if ev.Signal != "terminated" {
+		t.Fatalf("Exited = %+v, want signal terminated", ev)
+	}
+	waitFor(t, "the grandchild to die", func() bool { return processGone(child) })
+	if !processGone(started.PID) {
+		t.Errorf("trial %d still runs", started.PID)
+	}
+}
+
+func TestExitKillsLeftovers(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	// The background sleep keeps stdout open: the shim must not wait for it.
+	s := shSpec(t, 1, `sleep 100 & echo $! > child; exit 0`)
+	start(t, b, s)
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if ev.ExitCode == nil || *ev.ExitCode != 0 {
+		t.Fatalf("Exited = %+v, want exit code 0", ev)
+	}
+	child := readPIDFile(t, filepath.Join(s.Workdir, "child"))
+	waitFor(t, "the leftover to die", func() bool { return processGone(child) })
+}
+
+func TestStopBeforePIDKnown(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, `exec sleep 100`)
+	if err := b.Start(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Stop(s.AttemptID, 0); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, b, s.AttemptID, backend.Started)
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if ev.Signal != "killed" {
+		t.Fatalf("Exited = %+v, want signal killed", ev)
+	}
+}
+
+func TestOutputAndEnvironment(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, `echo out; echo err >&2; echo "trial=$VIRGA_TRIAL_ID pwd=$(pwd) token=${`+DefaultTokenEnv+`:-none}"; read x && echo "stdin=$x"; printf 'no newline'`)
+	s.Env = map[string]string{"VIRGA_TRIAL_ID": "42"}
+	s.Token = "secret"
+	s.ReportURL = "http://127.0.0.1:1/never"
+	start(t, b, s)
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if ev.ExitCode == nil || *ev.ExitCode != 0 {
+		t.Fatalf("Exited = %+v, want exit code 0", ev)
+	}
+	out := readOutput(t, s.Dir)
+	for _, want := range []string{"out\n", "err\n", "trial=42 pwd=" + s.Workdir + " token=none\n", "no newline"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output.log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "stdin=") {
+		t.Errorf("the trial read from stdin, want /dev/null:\n%s", out)
+	}
+}
+
+func TestBadCommand(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, "")
+	s.Argv = []string{"/nonexistent/trial"}
+	if err := b.Start(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if ev.ExitCode == nil || *ev.ExitCode != 127 || !strings.Contains(ev.Message, "/nonexistent/trial") {
+		t.Fatalf("Exited = %+v, want exit code 127 naming the command", ev)
+	}
+}
+
+// reportServer records reports; the first fail503 requests get 503, bodies
+// containing "bad" get 400.
+type reportServer struct {
+	mu      sync.Mutex
+	fail503 int
+	calls   int
+	got     []string // bodies acknowledged, in order
+	auth    []string
+}
+
+func (rs *reportServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.calls++
+	rs.auth = append(rs.auth, r.Header.Get("Authorization"))
+	switch {
+	case rs.calls <= rs.fail503:
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	case strings.Contains(string(body), "bad"):
+		http.Error(w, "metric name bad is not allowed", http.StatusBadRequest)
+	default:
+		rs.got = append(rs.got, string(body))
+		w.Write([]byte(`{"decision":"continue"}`))
+	}
+}
+
+func TestMetricRelay(t *testing.T) {
+	t.Parallel()
+	rs := &reportServer{fail503: 2}
+	srv := httptest.NewServer(rs)
+	t.Cleanup(srv.Close)
+
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, `
+echo 'VIRGA_METRIC {"step":1,"metrics":{"loss":0.5}}'
+echo 'VIRGA_METRIC not json'
+echo 'VIRGA_METRIC {"step":2,"metrics":{"bad":1}}'
+echo 'VIRGA_METRIC {"step":3,"metrics":{"loss":0.25}}'
+echo done`)
+	s.ReportURL = srv.URL + "/api/v1/attempts/1/report"
+	s.Token = "tok-1"
+	start(t, b, s)
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if ev.ExitCode == nil || *ev.ExitCode != 0 {
+		t.Fatalf("Exited = %+v", ev)
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	want := []string{`{"step":1,"metrics":{"loss":0.5}}`, `{"step":3,"metrics":{"loss":0.25}}`}
+	if diff := cmp.Diff(want, rs.got); diff != "" {
+		t.Errorf("acknowledged reports (-want,+got):\n%s", diff)
+	}
+	if rs.calls != 5 { // 2×503 + step 1, the 400, step 3
+		t.Errorf("server saw %d requests, want 5", rs.calls)
+	}
+	for _, a := range rs.auth {
+		if a != "Bearer tok-1" {
+			t.Errorf("Authorization = %q, want Bearer tok-1", a)
+		}
+	}
+	out := readOutput(t, s.Dir)
+	for _, want := range []string{"ignoring malformed VIRGA_METRIC line", "400 Bad Request: metric name bad is not allowed", `VIRGA_METRIC {"step":1`, "done\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output.log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	t.Parallel()
+	capacity := virga.Resources{CPU: 2, MemoryMB: 1024}
+	b := newBackend(t, Config{Capacity: capacity})
+	need := virga.Resources{CPU: 1.5, MemoryMB: 512}
+	first := shSpec(t, 1, `exec sleep 100`)
+	first.Resources = need
+	start(t, b, first)
+	if diff := cmp.Diff(capacity.Sub(need), b.Free()); diff != "" {
+		t.Errorf("Free (-want,+got):\n%s", diff)
+	}
+	second := shSpec(t, 2, `exit 0`)
+	second.Resources = need
+	err := b.Start(context.Background(), second)
+	if !errors.Is(err, ErrNoCapacity) || !errors.Is(err, virga.ErrNoCapacity) {
+		t.Fatalf("second Start: %v, want ErrNoCapacity", err)
+	}
+	if err := b.Stop(first.AttemptID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, b, first.AttemptID, backend.Exited)
+	if diff := cmp.Diff(capacity, b.Free()); diff != "" {
+		t.Errorf("Free after exit (-want,+got):\n%s", diff)
+	}
+	start(t, b, second)
+	expect(t, b, second.AttemptID, backend.Exited)
+}
+
+func TestStartTwice(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, `exec sleep 100`)
+	start(t, b, s)
+	if err := b.Start(context.Background(), s); !errors.Is(err, virga.ErrConflict) {
+		t.Errorf("Start of a running attempt: %v, want ErrConflict", err)
+	}
+	b.Stop(s.AttemptID, 0)
+	expect(t, b, s.AttemptID, backend.Exited)
+	if err := b.Start(context.Background(), s); !errors.Is(err, virga.ErrConflict) {
+		t.Errorf("Start of a finished attempt: %v, want ErrConflict", err)
+	}
+}
+
+func TestShimSurvivesSignalsAndItsDeathKillsTrial(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, `echo ready; exec sleep 100`)
+	started := start(t, b, s)
+	waitOutput(t, s.Dir, "ready")
+	rec, err := readShimRecord(s.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []unix.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP} {
+		if err := unix.Kill(rec.ShimPID, sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if processGone(rec.ShimPID) || processGone(started.PID) {
+		t.Fatal("the shim or the trial died of SIGTERM/SIGINT/SIGHUP sent to the shim")
+	}
+	if err := unix.Kill(rec.ShimPID, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if !ev.Lost {
+		t.Fatalf("Exited = %+v, want Lost", ev)
+	}
+	waitFor(t, "the trial to die with its shim", func() bool { return processGone(started.PID) })
+}
+
+func TestCloseClosesEvents(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-b.Events(); ok {
+		t.Error("event after Close")
+	}
+	if err := b.Start(context.Background(), shSpec(t, 1, "exit 0")); err == nil {
+		t.Error("Start after Close succeeded")
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestExitJSON(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	s := shSpec(t, 1, "exit 4")
+	start(t, b, s)
+	expect(t, b, s.AttemptID, backend.Exited)
+	data, err := os.ReadFile(filepath.Join(s.Dir, ExitFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["exit_code"] != 4.0 || m["ended_at"] == nil {
+		t.Errorf("exit.json = %s", data)
+	}
+}

@@ -1,0 +1,306 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exit codes of ShimMain. Whatever the trial's own status, a shim that ran it
+// and recorded its end exits ShimExitOK; the trial's status is in exit.json.
+const (
+	// ShimExitOK means the trial ran (or could not be started) and exit.json was written.
+	ShimExitOK = 0
+	// ShimExitUsage means the command line was wrong; nothing was started.
+	ShimExitUsage = 64
+	// ShimExitFailed means the shim could not do its bookkeeping (lock,
+	// output.log, exit.json); the trial may have run without a recorded status.
+	ShimExitFailed = 70
+	// ShimExitLocked means the attempt belongs to someone else (another shim
+	// holds shim.lock, or a server declared the attempt over) or already ran;
+	// nothing was started.
+	ShimExitLocked = 75
+)
+
+// DefaultTokenEnv is the environment variable the backend passes the report
+// token in; the shim removes it from the trial's environment.
+const DefaultTokenEnv = "VIRGA_SHIM_TOKEN"
+
+// metricPrefix starts a stdout line the shim reports on the trial's behalf.
+const metricPrefix = "VIRGA_METRIC "
+
+// shimOptions is ShimMain's parsed command line.
+type shimOptions struct {
+	dir          string
+	workdir      string
+	reportURL    string
+	tokenEnv     string
+	pidFD        int
+	reportRetry  time.Duration
+	flushTimeout time.Duration
+	drainTimeout time.Duration
+	argv         []string
+}
+
+// ShimMain is the `virga shim` subcommand: it supervises one trial process and
+// returns the shim's exit code (see the ShimExit constants). args are the
+// arguments after "shim":
+//
+//	--dir DIR               the attempt's directory (required; must exist)
+//	--workdir DIR           the trial's working directory (default: the shim's)
+//	--report-url URL        where VIRGA_METRIC lines are POSTed (default: not posted)
+//	--token-env NAME        environment variable holding the report token
+//	                        (default VIRGA_SHIM_TOKEN; removed from the trial's environment)
+//	--pid-fd N              write the trial's pid and a newline to this inherited
+//	                        file descriptor, then close it (default -1: none)
+//	--report-retry D        how long one report is retried (default 60s)
+//	--flush-timeout D       how long pending reports may take after the trial ends (default 10s)
+//	-- ARGV...              the trial's command
+//
+// The shim takes the attempt's lock (exiting ShimExitLocked if it cannot, or
+// if the attempt already ran), starts the trial in a process group of its own
+// with stdin from /dev/null, stdout and stderr into output.log, records
+// shim.json, relays VIRGA_METRIC lines, and writes exit.json when the trial
+// ends. It ignores SIGTERM, SIGINT and SIGHUP: the trial is stopped by
+// signalling its process group, never the shim.
+func ShimMain(args []string) int {
+	fs := flag.NewFlagSet("virga shim", flag.ContinueOnError)
+	var o shimOptions
+	fs.StringVar(&o.dir, "dir", "", "the attempt's directory (required)")
+	fs.StringVar(&o.workdir, "workdir", "", "the trial's working directory")
+	fs.StringVar(&o.reportURL, "report-url", "", "where VIRGA_METRIC lines are posted")
+	fs.StringVar(&o.tokenEnv, "token-env", DefaultTokenEnv, "environment variable that holds the report token")
+	fs.IntVar(&o.pidFD, "pid-fd", -1, "file descriptor to write the trial's pid to")
+	fs.DurationVar(&o.reportRetry, "report-retry", 60*time.Second, "how long one report is retried")
+	fs.DurationVar(&o.flushTimeout, "flush-timeout", 10*time.Second, "how long pending reports may take after the trial ends")
+	if err := fs.Parse(args); err != nil {
+		return ShimExitUsage
+	}
+	o.argv = fs.Args()
+	switch {
+	case o.dir == "":
+		fmt.Fprintln(os.Stderr, "virga shim: --dir is required")
+		return ShimExitUsage
+	case len(o.argv) == 0:
+		fmt.Fprintln(os.Stderr, "virga shim: no trial command after --")
+		return ShimExitUsage
+	case o.pidFD >= 0 && o.pidFD <= 2:
+		fmt.Fprintf(os.Stderr, "virga shim: --pid-fd %d: must be 3 or more\n", o.pidFD)
+		return ShimExitUsage
+	}
+	o.drainTimeout = 5 * time.Second
+	return runShim(&o)
+}
+
+// shimLog serialises the shim's writes to output.log (the trial's stderr goes
+// there directly, with O_APPEND).
+type shimLog struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func (l *shimLog) write(b []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.f.Write(b)
+}
+
+func (l *shimLog) printf(format string, args ...any) {
+	l.write([]byte("virga shim: " + strings.TrimRight(fmt.Sprintf(format, args...), "\n") + "\n"))
+}
+
+func runShim(o *shimOptions) int {
+	// The trial's Pdeathsig fires when the thread that forked it exits, so
+	// this goroutine keeps its thread for the shim's whole life.
+	runtime.LockOSThread()
+
+	var pidOut *os.File
+	if o.pidFD >= 0 {
+		syscall.CloseOnExec(o.pidFD) // the trial must not inherit it
+		pidOut = os.NewFile(uintptr(o.pidFD), "pid-fd")
+		defer pidOut.Close()
+	}
+
+	// 1. A session of our own, so that a terminal's signals never reach us.
+	// It fails only if we already lead a process group (e.g. started with
+	// Setsid by the backend, when we lead the session already).
+	var setsidErr error
+	if _, err := unix.Setsid(); err != nil {
+		if sid, _ := unix.Getsid(0); sid != os.Getpid() {
+			setsidErr = err
+		}
+	}
+
+	// 2. The attempt's lock, held until we exit (close-on-exec: the trial
+	// does not inherit it).
+	lock, locked, err := openLock(o.dir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "virga shim: %v\n", err)
+		return ShimExitFailed
+	}
+	defer lock.Close()
+	if !locked {
+		fmt.Fprintf(os.Stderr, "virga shim: %s is held by another shim or server; not starting the trial\n", filepath.Join(o.dir, LockFile))
+		return ShimExitLocked
+	}
+	for _, name := range []string{ExitFile, ShimFile} {
+		if _, err := os.Stat(filepath.Join(o.dir, name)); err == nil {
+			fmt.Fprintf(os.Stderr, "virga shim: %s exists: the attempt already ran or was declared lost; not starting the trial\n", filepath.Join(o.dir, name))
+			return ShimExitLocked
+		}
+	}
+
+	logf, err := os.OpenFile(filepath.Join(o.dir, OutputFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "virga shim: opening output log: %v\n", err)
+		return ShimExitFailed
+	}
+	defer logf.Close()
+	log := &shimLog{f: logf}
+	if setsidErr != nil {
+		log.printf("warning: setsid: %v (still in the caller's session)", setsidErr)
+	}
+
+	// Caught (not ignored: an ignored disposition would be inherited by the
+	// trial) and dropped.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		for range sigs {
+		}
+	}()
+
+	// 3. The trial, in a process group of its own.
+	token := os.Getenv(o.tokenEnv)
+	env := make([]string, 0, len(os.Environ()))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, o.tokenEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		log.printf("creating stdout pipe: %v", err)
+		return ShimExitFailed
+	}
+	cmd := exec.Command(o.argv[0], o.argv[1:]...)
+	cmd.Dir = o.workdir
+	cmd.Env = env
+	cmd.Stdout = pw
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		pr.Close()
+		log.printf("cannot start the trial: %v", err)
+		code := 127
+		rec := exitRecord{ExitCode: &code, Message: "cannot start the trial: " + err.Error(), EndedAt: time.Now()}
+		if err := writeJSONAtomic(filepath.Join(o.dir, ExitFile), rec, true); err != nil {
+			log.printf("%v", err)
+			return ShimExitFailed
+		}
+		return ShimExitOK
+	}
+	pw.Close()
+	pid := cmd.Process.Pid
+	startedAt := time.Now()
+	if pidOut != nil {
+		_, _ = fmt.Fprintf(pidOut, "%d\n", pid) // the reader may be gone; shim.json has it too
+		pidOut.Close()
+		pidOut = nil
+	}
+	if err := writeJSONAtomic(filepath.Join(o.dir, ShimFile), shimRecord{ShimPID: os.Getpid(), TrialPID: pid, StartedAt: startedAt}, false); err != nil {
+		log.printf("%v", err)
+	}
+
+	// 4. Relay stdout while the trial runs.
+	var rel *relay
+	if o.reportURL != "" {
+		rel = newRelay(o.reportURL, token, o.reportRetry, log)
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		copyOutput(pr, log, rel)
+	}()
+
+	// 5. Wait for the trial's end without reaping it, so that its pid (and
+	// so its process group id) cannot be reused while we kill what it left
+	// behind in its group; then reap it.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	_ = unix.Kill(-pid, unix.SIGKILL)
+	_ = cmd.Wait() // the status is in ProcessState; an *ExitError is expected
+	state := cmd.ProcessState
+
+	select {
+	case <-copied:
+	case <-time.After(o.drainTimeout):
+		// Something outside the group still holds the pipe open.
+		_ = pr.SetReadDeadline(time.Now())
+		<-copied
+		log.printf("stopped reading stdout %s after the trial ended: another process holds it open", o.drainTimeout)
+	}
+	pr.Close()
+	if rel != nil {
+		rel.close(o.flushTimeout)
+	}
+
+	// 6. The record of the end, atomically.
+	rec := exitRecord{EndedAt: time.Now()}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		rec.Signal = ws.Signal().String()
+	} else {
+		code := state.ExitCode()
+		rec.ExitCode = &code
+	}
+	if err := writeJSONAtomic(filepath.Join(o.dir, ExitFile), rec, true); err != nil {
+		log.printf("%v", err)
+		return ShimExitFailed
+	}
+	return ShimExitOK
+}
+
+// copyOutput copies the trial's stdout to the log line by line, handing
+// VIRGA_METRIC lines to rel (nil: not relayed). Lines longer than the buffer
+// are copied in pieces and never relayed.
+func copyOutput(r io.Reader, log *shimLog, rel *relay) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	midline := false
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			complete := line[len(line)-1] == '\n' || (err != nil && err != bufio.ErrBufferFull)
+			if !midline && complete && bytes.HasPrefix(line, []byte(metricPrefix)) {
+				handleMetric(bytes.TrimSpace(line[len(metricPrefix):]), log, rel)
+			}
+			if line[len(line)-1] != '\n' && err != nil && err != bufio.ErrBufferFull {
+				line = append(line[:len(line):len(line)], '\n')
+			}
+			log.write(line)
+			midline = line[len(line)-1] != '\n'
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}
