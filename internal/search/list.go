@@ -57,10 +57,12 @@ type listState struct {
 }
 
 // NewSingle makes the single searcher: one trial in which every
-// hyperparameter takes its default point. That is a const's value, a
-// categorical's first value, and the midpoint of an int or float range (the
-// geometric midpoint when the parameter is on a log scale; ints rounded to
-// the nearest integer). MaxTrials is ignored; the seed is unused.
+// hyperparameter takes its default point. That is a const's value, else the
+// parameter's Default (Parse requires one under this searcher); a spec built
+// without defaults gets a categorical's first value and the midpoint of an
+// int or float range (the geometric midpoint when the parameter is on a log
+// scale; ints rounded to the nearest integer). MaxTrials is ignored; the seed
+// is unused.
 func NewSingle(e *spec.Experiment, seed uint64) (Searcher, error) {
 	sp, err := newSpace(e)
 	if err != nil {
@@ -74,13 +76,15 @@ func NewSingle(e *spec.Experiment, seed uint64) (Searcher, error) {
 }
 
 // NewGrid makes the grid searcher: the cartesian product of every
-// hyperparameter's grid values, in the order of e.Order with the last name
-// varying fastest. Ints take every integer of their range when Count is 0
-// and the range holds at most 100 integers, else Count evenly spaced points
-// (log spaced when Log), rounded and deduplicated; floats take Count points
-// (default 5), both ends included; categoricals take their values; consts
-// their value. It proposes min(grid size, MaxTrials) trials (the grid size
-// when MaxTrials is 0). The seed is unused.
+// hyperparameter's grid values (spec.Hyperparameter.GridValues), in the order
+// of e.Order with the last name varying fastest. Ints take every integer of
+// their range when Count is 0 and the range holds at most 100 integers (a
+// wider range without Count is an error), or when the range holds at most
+// Count integers; else Count evenly spaced points (log spaced when Log),
+// rounded and deduplicated. Floats take Count points (default 5), both ends
+// included; categoricals take their values; consts their value. It proposes
+// min(grid size, MaxTrials) trials (the grid size when MaxTrials is 0). The
+// seed is unused.
 func NewGrid(e *spec.Experiment, seed uint64) (Searcher, error) {
 	sp, err := newSpace(e)
 	if err != nil {

@@ -147,6 +147,25 @@ func TestSingle(t *testing.T) {
 	}
 }
 
+func TestSingleDefaults(t *testing.T) {
+	withDefault := func(hp *spec.Hyperparameter, d any) *spec.Hyperparameter { hp.Default = d; return hp }
+	e := experiment("single", 1,
+		withDefault(intHP("layers", 1, 4), int64(4)),
+		withDefault(logHP(intHP("width", 16, 256)), 17), // an int from a hand-built spec
+		withDefault(floatHP("dropout", 0, 0.5), 0.1),
+		withDefault(logHP(floatHP("lr", 1e-4, 1e-2)), int64(0)),
+		withDefault(catHP("opt", "adam", "sgd"), "sgd"),
+		constHP("epochs", int64(3)),
+	)
+	got := drain(t, mustNew(t, e, 1), 10)
+	want := []search.Proposal{{ID: "r1", HParams: map[string]any{
+		"layers": int64(4), "width": int64(17), "dropout": 0.1, "lr": 0.0, "opt": "sgd", "epochs": int64(3),
+	}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("proposals (-want,+got):\n%s", diff)
+	}
+}
+
 func approxEqual(a, b float64) bool {
 	return math.Abs(a-b) <= 1e-12*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
 }
@@ -180,11 +199,14 @@ func TestGridValues(t *testing.T) {
 		{"int count", countHP(intHP("x", 0, 1000), 5), []any{int64(0), int64(250), int64(500), int64(750), int64(1000)}},
 		{"int count dedup", countHP(intHP("x", 1, 3), 5), []any{int64(1), int64(2), int64(3)}},
 		{"int log count", countHP(logHP(intHP("x", 1, 1000)), 4), []any{int64(1), int64(10), int64(100), int64(1000)}},
-		{"int log count dedup", countHP(logHP(intHP("x", 1, 4)), 6), []any{int64(1), int64(2), int64(3), int64(4)}},
+		{"int log count dedup", countHP(logHP(intHP("x", 1, 1000)), 20), []any{ // 1.44 rounds to 1 like 1
+			int64(1), int64(2), int64(3), int64(4), int64(6), int64(9), int64(13), int64(18), int64(26), int64(38),
+			int64(55), int64(78), int64(113), int64(162), int64(234), int64(336), int64(483), int64(695), int64(1000)}},
+		{"int count covers range", countHP(logHP(intHP("x", 1, 10)), 10), []any{
+			int64(1), int64(2), int64(3), int64(4), int64(5), int64(6), int64(7), int64(8), int64(9), int64(10)}},
 		{"float default", floatHP("x", 0, 1), []any{0.0, 0.25, 0.5, 0.75, 1.0}},
 		{"float count", countHP(floatHP("x", -1, 1), 3), []any{-1.0, 0.0, 1.0}},
 		{"float log", countHP(logHP(floatHP("x", 1e-4, 1)), 5), []any{1e-4, 1e-3, 1e-2, 1e-1, 1.0}},
-		{"float one point", countHP(floatHP("x", 2, 4), 1), []any{3.0}},
 		{"float min == max", floatHP("x", 2, 2), []any{2.0}},
 		{"categorical", catHP("x", "a", 1, true), []any{"a", 1, true}},
 		{"const", constHP("x", "v"), []any{"v"}},

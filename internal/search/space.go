@@ -14,14 +14,6 @@ import (
 // for int parameters, float64 for float parameters, and the spec's own values
 // for categorical and const parameters.
 
-// maxIntGrid is the largest int range the grid searcher enumerates in full
-// when the parameter sets no count.
-const maxIntGrid = 100
-
-// defaultFloatCount is the number of grid points of a float parameter that
-// sets no count.
-const defaultFloatCount = 5
-
 // maxExactInt bounds int parameters so that every value is exact as a float64
 // and range arithmetic cannot overflow.
 const maxExactInt = 1 << 53
@@ -121,11 +113,15 @@ func (p param) intBounds() (lo, hi int64, err error) {
 	return int64(flo), int64(fhi), nil
 }
 
-// center returns the parameter's default point: a const's value, the midpoint
-// of an int or float range (the geometric midpoint on a log scale; ints are
-// rounded to the nearest integer), or a categorical's first value.
+// center returns the parameter's default point: a const's value, else its
+// Default when the spec gives one (ints as int64, floats as float64), else
+// the midpoint of an int or float range (the geometric midpoint on a log
+// scale; ints rounded to the nearest integer) or a categorical's first value.
 func (p param) center() any {
 	hp := p.hp
+	if hp.Type != spec.HPConst && hp.Default != nil {
+		return normalize(hp.Type, hp.Default)
+	}
 	switch hp.Type {
 	case spec.HPInt:
 		lo, hi, _ := p.intBounds()
@@ -147,90 +143,26 @@ func (p param) center() any {
 	return hp.Value
 }
 
-// gridValues returns the parameter's grid points in increasing order (in
-// listed order for a categorical).
+// gridValues returns the parameter's grid points, as spec.GridValues
+// defines them (so that the grid matches the size spec.Experiment.GridSize
+// reports), after refusing an int range too wide to enumerate without a count
+// (which Parse refuses under the grid searcher too).
 func (p param) gridValues() ([]any, error) {
 	hp := p.hp
-	switch hp.Type {
-	case spec.HPInt:
+	if hp.Type == spec.HPInt && hp.Count == 0 {
 		lo, hi, err := p.intBounds()
 		if err != nil {
 			return nil, err
 		}
-		n := hi - lo + 1
-		if hp.Count == 0 {
-			if n > maxIntGrid {
-				return nil, fmt.Errorf("hyperparameter %q: %d integers in [%d, %d] is too many for a grid (at most %d); set count to space fewer points evenly", p.name, n, lo, hi, maxIntGrid)
-			}
-			vals := make([]any, 0, n)
-			for v := lo; v <= hi; v++ {
-				vals = append(vals, v)
-			}
-			return vals, nil
-		}
-		pts := spaced(float64(lo), float64(hi), hp.Count, hp.Log)
-		vals := make([]any, 0, len(pts))
-		last := int64(0)
-		for i, x := range pts {
-			v := clampInt(int64(math.Round(x)), lo, hi)
-			if i > 0 && v == last {
-				continue // rounding merged two points
-			}
-			vals = append(vals, v)
-			last = v
-		}
-		return vals, nil
-	case spec.HPFloat:
-		count := hp.Count
-		if count == 0 {
-			count = defaultFloatCount
-		}
-		pts := spaced(hp.Min, hp.Max, count, hp.Log)
-		vals := make([]any, 0, len(pts))
-		for i, x := range pts {
-			if i > 0 && x == pts[i-1] {
-				continue // min == max
-			}
-			vals = append(vals, x)
-		}
-		return vals, nil
-	case spec.HPCategorical:
-		return append([]any(nil), hp.Values...), nil
-	case spec.HPConst:
-		return []any{hp.Value}, nil
-	}
-	return nil, fmt.Errorf("hyperparameter %q: unknown type %q", p.name, hp.Type)
-}
-
-// spaced returns n points from lo to hi, both included, evenly spaced on a
-// linear or log scale. One point is the (geometric) midpoint.
-func spaced(lo, hi float64, n int, log bool) []float64 {
-	if n <= 1 {
-		if log {
-			return []float64{clampFloat(math.Exp((math.Log(lo)+math.Log(hi))/2), lo, hi)}
-		}
-		return []float64{lo + (hi-lo)/2}
-	}
-	pts := make([]float64, n)
-	a, b := lo, hi
-	if log {
-		a, b = math.Log(lo), math.Log(hi)
-	}
-	for i := range pts {
-		switch i {
-		case 0:
-			pts[i] = lo
-		case n - 1:
-			pts[i] = hi
-		default:
-			x := a + (b-a)*float64(i)/float64(n-1)
-			if log {
-				x = math.Exp(x)
-			}
-			pts[i] = clampFloat(x, lo, hi)
+		if n := hi - lo + 1; n > spec.MaxImplicitIntPoints {
+			return nil, fmt.Errorf("hyperparameter %q: %d integers in [%d, %d] is too many for a grid (at most %d); set count to space fewer points evenly", p.name, n, lo, hi, spec.MaxImplicitIntPoints)
 		}
 	}
-	return pts
+	vals := hp.GridValues()
+	if len(vals) == 0 {
+		return nil, fmt.Errorf("hyperparameter %q: no grid points", p.name)
+	}
+	return vals, nil
 }
 
 // sample draws one value of the parameter from r: ints uniformly (log-uniformly
@@ -260,6 +192,29 @@ func (p param) sample(r *rand.Rand) any {
 		return hp.Values[r.IntN(len(hp.Values))]
 	}
 	return hp.Value
+}
+
+// normalize gives a numeric value the Go type of its parameter's values:
+// int64 for int parameters, float64 for float ones. Others are kept as given.
+func normalize(t spec.HPType, v any) any {
+	var f float64
+	switch x := v.(type) {
+	case int:
+		f = float64(x)
+	case int64:
+		f = float64(x)
+	case float64:
+		f = x
+	default:
+		return v
+	}
+	switch t {
+	case spec.HPInt:
+		return int64(math.Round(f))
+	case spec.HPFloat:
+		return f
+	}
+	return v
 }
 
 func clampInt(v, lo, hi int64) int64 {
