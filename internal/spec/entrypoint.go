@@ -23,7 +23,7 @@ func (p *parser) entrypoint(n *yaml.Node, declared []string) Entrypoint {
 	case n.Kind == yaml.MappingNode:
 		f, _ := p.mapping(n, path, entrypointExample, entrypointFields)
 		if c := f.get("command"); c == nil {
-			p.at(n, join(path, "command"), `required; a list like [python3, train.py] or a string like "python3 train.py"`)
+			p.missing(f, join(path, "command"), `required; a list like [python3, train.py] or a string like "python3 train.py"`)
 		} else {
 			ep.Argv = p.command(c, join(path, "command"), declared)
 		}

@@ -59,7 +59,7 @@ func (p *parser) hyperparameter(name string, n *yaml.Node) (*Hyperparameter, boo
 	}
 	tn := f.get("type")
 	if tn == nil {
-		p.at(n, join(path, "type"), "required; one of %s", strings.Join(hpTypes, ", "))
+		p.missing(f, join(path, "type"), "required; one of %s", strings.Join(hpTypes, ", "))
 		return nil, false
 	}
 	ts, ok := p.str(tn, join(path, "type"))
@@ -86,7 +86,7 @@ func (p *parser) hyperparameter(name string, n *yaml.Node) (*Hyperparameter, boo
 		good = p.categorical(h, f, path) && good
 	case HPConst:
 		if vn := f.get("value"); vn == nil {
-			p.at(n, join(path, "value"), "required for type const")
+			p.missing(f, join(path, "value"), "required for type const")
 			good = false
 		} else {
 			v, ok := p.scalarValue(vn, join(path, "value"))
@@ -106,7 +106,7 @@ func (p *parser) numeric(h *Hyperparameter, f *fields, path string) bool {
 		n := f.get(key)
 		if n == nil {
 			if required {
-				p.at(f.node, join(path, key), "required for type %s", h.Type)
+				p.missing(f, join(path, key), "required for type %s", h.Type)
 			}
 			return 0, nil, false
 		}
@@ -168,7 +168,7 @@ func (p *parser) categorical(h *Hyperparameter, f *fields, path string) bool {
 	vn := f.get("values")
 	switch {
 	case vn == nil:
-		p.at(f.node, vpath, "required for type categorical; a list of choices like [relu, tanh]")
+		p.missing(f, vpath, "required for type categorical; a list of choices like [relu, tanh]")
 		return false
 	case vn.Kind != yaml.SequenceNode:
 		p.at(vn, vpath, "expected a list of choices like [relu, tanh], got %s", describe(vn))

@@ -68,6 +68,19 @@ type fields struct {
 	node *yaml.Node
 	list []field
 	by   map[string]field
+	// suggested holds the allowed keys some unknown key was reported as a
+	// likely misspelling of ("did you mean min?").
+	suggested map[string]bool
+}
+
+// missing reports a required field that f lacks, at the mapping, unless an
+// unknown key was already reported as its misspelling: one mistake, one message.
+func (p *parser) missing(f *fields, path, format string, args ...any) {
+	key := path[strings.LastIndexByte(path, '.')+1:]
+	if f.suggested[key] {
+		return
+	}
+	p.at(f.node, path, format, args...)
 }
 
 // get returns the value of key, or nil.
@@ -102,7 +115,12 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (*fi
 			continue
 		}
 		if allowed != nil && !contains(allowed, k.Value) {
-			p.unknown(k, path, "field", k.Value, allowed)
+			if s := p.unknown(k, path, "field", k.Value, allowed); s != "" {
+				if f.suggested == nil {
+					f.suggested = map[string]bool{}
+				}
+				f.suggested[s] = true
+			}
 			continue
 		}
 		fl := field{name: k.Value, key: k, val: v}
@@ -112,17 +130,19 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string) (*fi
 	return f, true
 }
 
-// unknown reports an unknown name with a suggestion or the allowed list.
-func (p *parser) unknown(n *yaml.Node, path, kind, name string, allowed []string) {
-	if s := suggest(name, allowed); s != "" {
+// unknown reports an unknown name with a suggestion or the allowed list, and
+// returns the suggestion ("" when there is none).
+func (p *parser) unknown(n *yaml.Node, path, kind, name string, allowed []string) string {
+	s := suggest(name, allowed)
+	switch {
+	case s != "":
 		p.at(n, path, "unknown %s %q; did you mean %s?", kind, clip(name), s)
-		return
-	}
-	if len(allowed) == 0 {
+	case len(allowed) == 0:
 		p.at(n, path, "unknown %s %q (none are allowed here)", kind, clip(name))
-		return
+	default:
+		p.at(n, path, "unknown %s %q (allowed: %s)", kind, clip(name), strings.Join(allowed, ", "))
 	}
-	p.at(n, path, "unknown %s %q (allowed: %s)", kind, clip(name), strings.Join(allowed, ", "))
+	return s
 }
 
 func contains(list []string, s string) bool {

@@ -115,7 +115,7 @@ func (p *parser) document(data []byte) *yaml.Node {
 		if errors.Is(err, io.EOF) {
 			p.at(nil, "", "file is empty; an experiment needs at least name and objective")
 		} else {
-			p.syntax(err)
+			p.syntax(err, data)
 		}
 		return nil
 	}
@@ -123,7 +123,7 @@ func (p *parser) document(data []byte) *yaml.Node {
 	switch err := dec.Decode(&next); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		p.syntax(err)
+		p.syntax(err, data)
 		return nil
 	default:
 		if next.Kind != yaml.DocumentNode || len(next.Content) > 0 {
@@ -146,34 +146,83 @@ func (p *parser) document(data []byte) *yaml.Node {
 	return root
 }
 
-// syntax reports a YAML syntax error, with its line when the library gives one.
-func (p *parser) syntax(err error) {
+// yamlParserProblems are the messages of yaml.v3's parser (as opposed to its
+// scanner). The library reports their line 0-based (it adds one for scanner
+// errors only), so syntax adds the one it forgot.
+var yamlParserProblems = map[string]bool{
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"did not find expected <document start>": true,
+	"did not find expected <stream-start>":   true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected key":              true,
+	"did not find expected node content":     true,
+	"found duplicate %YAML directive":        true,
+	"found duplicate %TAG directive":         true,
+	"found incompatible YAML document":       true,
+	"found undefined tag handle":             true,
+}
+
+// syntax reports a YAML syntax error, with its line when the library gives
+// one, and a hint when that line is indented with a tab.
+func (p *parser) syntax(err error, data []byte) {
 	msg := err.Error()
 	if m := yamlLineError.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		p.at(&yaml.Node{Line: line}, "", "invalid YAML: %s", m[2])
+		if yamlParserProblems[m[2]] {
+			line++
+		}
+		hint := ""
+		if text := lineOf(data, line); strings.HasPrefix(strings.TrimLeft(text, " "), "\t") {
+			hint = "; indent with spaces, YAML does not allow tabs"
+		}
+		p.at(&yaml.Node{Line: line}, "", "invalid YAML: %s%s", m[2], hint)
 		return
 	}
 	p.at(nil, "", "invalid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
 }
 
-// noAliases reports every alias in the tree. Aliases are refused outright:
-// they buy nothing in an experiment file and invite exponential expansion.
-// The walk does not follow aliases, so it visits each node once.
+// lineOf returns the 1-based line n of data, or "".
+func lineOf(data []byte, n int) string {
+	for i := 1; len(data) > 0; i++ {
+		line, rest, _ := bytes.Cut(data, []byte("\n"))
+		if i == n {
+			return string(line)
+		}
+		data = rest
+	}
+	return ""
+}
+
+// noAliases refuses aliases. They buy nothing in an experiment file and
+// invite exponential expansion, so the first one (in file order) is reported
+// and the file goes no further. The walk does not follow aliases, so it
+// visits each node once.
 func (p *parser) noAliases(root *yaml.Node) bool {
-	ok := true
+	var first *yaml.Node
+	count := 0
 	stack := []*yaml.Node{root}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		if n.Kind == yaml.AliasNode {
-			p.at(n, "", "aliases (*%s) are not supported; write the value out", clip(n.Value))
-			ok = false
+			count++
+			if first == nil || n.Line < first.Line || n.Line == first.Line && n.Column < first.Column {
+				first = n
+			}
 			continue
 		}
 		stack = append(stack, n.Content...)
 	}
-	return ok
+	if first == nil {
+		return true
+	}
+	more := ""
+	if count > 1 {
+		more = fmt.Sprintf(" (the file has %d aliases)", count)
+	}
+	p.at(first, "", "aliases (*%s) are not supported; write the value out%s", clip(first.Value), more)
+	return false
 }
 
 // experiment reads the root mapping. It reads the hyperparameters first, as
@@ -191,7 +240,7 @@ func (p *parser) experiment(root *yaml.Node) *Experiment {
 	}
 
 	if n := f.get("name"); n == nil {
-		p.at(root, "name", "required; a name like digits-mlp (letters, digits, '.', '_', '-'; at most 64)")
+		p.missing(f, "name", "required; a name like digits-mlp (letters, digits, '.', '_', '-'; at most 64)")
 	} else if s, ok := p.str(n, "name"); ok {
 		if namePattern.MatchString(s) {
 			e.Name = s
@@ -222,7 +271,7 @@ func (p *parser) experiment(root *yaml.Node) *Experiment {
 		e.Searcher, searcherOK = p.searcher(searcherNode)
 	}
 	if n := f.get("objective"); n == nil {
-		p.at(root, "objective", "required; e.g. objective: {metric: val_loss, direction: minimize}")
+		p.missing(f, "objective", "required; e.g. objective: {metric: val_loss, direction: minimize}")
 	} else {
 		e.Objective = p.objective(n)
 	}
@@ -320,7 +369,7 @@ func (p *parser) searcher(n *yaml.Node) (Searcher, bool) {
 	}
 	nameNode := f.get("name")
 	if nameNode == nil {
-		p.at(n, join(path, "name"), "required; one of %s", strings.Join(names, ", "))
+		p.missing(f, join(path, "name"), "required; one of %s", strings.Join(names, ", "))
 		return Searcher{}, false
 	}
 	name, def, ok := checkName(nameNode, join(path, "name"))
@@ -387,7 +436,7 @@ func (p *parser) objective(n *yaml.Node) Objective {
 		return o
 	}
 	if m := f.get("metric"); m == nil {
-		p.at(n, "objective.metric", "required; the name of a reported metric, e.g. val_loss")
+		p.missing(f, "objective.metric", "required; the name of a reported metric, e.g. val_loss")
 	} else if s, ok := p.str(m, "objective.metric"); ok {
 		o.Metric = s
 	}

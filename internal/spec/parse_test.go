@@ -1,0 +1,376 @@
+package spec
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/bad/*.want from the parser's output")
+
+// TestBadFiles parses every testdata/bad/NAME.yaml as "NAME.yaml" and compares
+// the whole error text with NAME.want.
+func TestBadFiles(t *testing.T) {
+	files, err := filepath.Glob("testdata/bad/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 30 {
+		t.Fatalf("want at least 30 bad files, found %d", len(files))
+	}
+	for _, file := range files {
+		name := filepath.Base(file)
+		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := Parse(name, data)
+			if err == nil {
+				t.Fatalf("Parse succeeded, want an error; got %+v", e)
+			}
+			var perr *Error
+			if !errors.As(err, &perr) {
+				t.Fatalf("error is %T, want *spec.Error: %v", err, err)
+			}
+			for _, p := range perr.Problems {
+				if p.File != name {
+					t.Errorf("problem %q names file %q, want %q", p.Msg, p.File, name)
+				}
+			}
+			got := err.Error() + "\n"
+			wantFile := strings.TrimSuffix(file, ".yaml") + ".want"
+			if *update {
+				if err := os.WriteFile(wantFile, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(wantFile)
+			if err != nil {
+				t.Fatalf("reading golden (run with -update to create it): %v", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("error text mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestGoodFiles(t *testing.T) {
+	dir, err := filepath.Abs("testdata/good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		file string
+		want *Experiment // the parsed experiment, defaults applied
+	}{
+		{
+			file: "full.yaml",
+			want: &Experiment{
+				Name:        "digits-mlp",
+				Description: "free text",
+				Entrypoint: Entrypoint{
+					Argv:    []string{"go", "run", "./examples/digits-go", "--lr=${lr}"},
+					Workdir: filepath.Dir(filepath.Dir(dir)),
+					Env:     map[string]string{"OMP_NUM_THREADS": "1", "HIDDEN": "${hidden}", "DEBUG": "true", "RATIO": "1.50"},
+				},
+				Hyperparameters: map[string]*Hyperparameter{
+					"lr":     {Name: "lr", Type: HPFloat, Min: 1e-4, Max: 0.3, Log: true, Default: 0.01},
+					"hidden": {Name: "hidden", Type: HPInt, Min: 16, Max: 128, Count: 4},
+					"act":    {Name: "act", Type: HPCategorical, Values: []any{"relu", "tanh"}, Default: "tanh"},
+					"epochs": {Name: "epochs", Type: HPConst, Value: int64(20)},
+					"batch":  {Name: "batch", Type: HPConst, Value: int64(32)},
+				},
+				Order:         []string{"lr", "hidden", "act", "epochs", "batch"},
+				Searcher:      Searcher{Name: "random"},
+				Objective:     Objective{Metric: "val_loss", Direction: Maximize},
+				MaxTrials:     20,
+				MaxConcurrent: 4,
+				MaxRestarts:   0,
+				Timeout:       Duration(30 * time.Minute),
+				StopGrace:     Duration(90 * time.Second),
+				Resources:     Resources{CPU: 0.5, MemoryMB: 2048, GPU: 1},
+				Checkpoints:   Checkpoints{KeepLast: 3},
+				Seed:          42,
+			},
+		},
+		{
+			file: "minimal.yaml",
+			want: &Experiment{
+				Name:            "m1",
+				Entrypoint:      Entrypoint{Argv: []string{"python3", "train.py"}, Workdir: dir},
+				Hyperparameters: map[string]*Hyperparameter{},
+				Order:           []string{},
+				Searcher:        Searcher{Name: "single"},
+				Objective:       Objective{Metric: "loss", Direction: Minimize},
+				MaxTrials:       1,
+				MaxConcurrent:   1,
+				MaxRestarts:     3,
+				StopGrace:       Duration(120 * time.Second),
+				Resources:       Resources{CPU: 1},
+				Checkpoints:     Checkpoints{KeepLast: 2},
+			},
+		},
+		{
+			file: "api_driven.yaml",
+			want: &Experiment{
+				Name: "ask-tell",
+				Hyperparameters: map[string]*Hyperparameter{
+					"x": {Name: "x", Type: HPFloat, Min: -5, Max: 5},
+					"y": {Name: "y", Type: HPInt, Min: 0, Max: 10, Log: false},
+				},
+				Order:         []string{"x", "y"},
+				Searcher:      Searcher{Name: "random"},
+				Objective:     Objective{Metric: "score", Direction: Maximize},
+				MaxTrials:     10,
+				MaxConcurrent: 1,
+				MaxRestarts:   3,
+				StopGrace:     Duration(120 * time.Second),
+				Resources:     Resources{CPU: 1, MemoryMB: 954},
+				Checkpoints:   Checkpoints{KeepLast: 2},
+				Seed:          18446744073709551615,
+			},
+		},
+		{
+			file: "grid.yaml",
+			want: &Experiment{
+				Name: "grid.search_1",
+				Entrypoint: Entrypoint{
+					Argv:    []string{"sh", "-c", "echo ${lr} $${HOME} > out", "it's", "--act=${act}"},
+					Workdir: "/tmp/work",
+				},
+				Hyperparameters: map[string]*Hyperparameter{
+					"lr":     {Name: "lr", Type: HPFloat, Min: 0.001, Max: 0.1, Log: true, Count: 3},
+					"layers": {Name: "layers", Type: HPInt, Min: 1, Max: 4},
+					"act":    {Name: "act", Type: HPCategorical, Values: []any{"relu", int64(1), 2.5, true}},
+					"seed":   {Name: "seed", Type: HPConst, Value: "abc"},
+				},
+				Order:         []string{"lr", "layers", "act", "seed"},
+				Searcher:      Searcher{Name: "grid"},
+				Objective:     Objective{Metric: "val_loss", Direction: Minimize},
+				MaxTrials:     48,
+				MaxConcurrent: 2,
+				MaxRestarts:   3,
+				Timeout:       Duration(90 * time.Second),
+				StopGrace:     Duration(120 * time.Second),
+				Resources:     Resources{CPU: 2, MemoryMB: 512},
+				Checkpoints:   Checkpoints{KeepLast: 2},
+			},
+		},
+		{
+			file: "grid_capped.yaml",
+			want: &Experiment{
+				Name:       "capped",
+				Entrypoint: Entrypoint{Argv: []string{"./train"}, Workdir: filepath.Join(dir, "sub")},
+				Hyperparameters: map[string]*Hyperparameter{
+					"a": {Name: "a", Type: HPInt, Min: 1, Max: 1000, Count: 50, Default: int64(7)},
+					"b": {Name: "b", Type: HPFloat, Min: 0, Max: 1},
+				},
+				Order:         []string{"a", "b"},
+				Searcher:      Searcher{Name: "grid"},
+				Objective:     Objective{Metric: "loss", Direction: Minimize},
+				MaxTrials:     100,
+				MaxConcurrent: 1,
+				MaxRestarts:   3,
+				StopGrace:     Duration(120 * time.Second),
+				Resources:     Resources{CPU: 1},
+				Checkpoints:   Checkpoints{KeepLast: 2},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			got, data, err := Load(filepath.Join("testdata/good", tt.file))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if len(data) == 0 {
+				t.Error("Load returned no bytes")
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("parsed experiment mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestEveryGoodFileIsTested(t *testing.T) {
+	files, err := filepath.Glob("testdata/good/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, _, err := Load(f); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+}
+
+func TestShortForms(t *testing.T) {
+	e, err := Parse("x/short.yaml", []byte(`
+name: s
+entrypoint: "python3 'my script.py' --lr ${lr} \"a b\" c\\ d"
+hyperparameters:
+  lr: {type: float, min: 0.1, max: 1, default: 0.5}
+searcher: {name: single}
+objective: acc
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantArgv := []string{"python3", "my script.py", "--lr", "${lr}", "a b", "c d"}
+	if diff := cmp.Diff(wantArgv, e.Entrypoint.Argv); diff != "" {
+		t.Errorf("argv (-want +got):\n%s", diff)
+	}
+	wantDir, _ := filepath.Abs("x")
+	if e.Entrypoint.Workdir != wantDir {
+		t.Errorf("workdir = %q, want %q", e.Entrypoint.Workdir, wantDir)
+	}
+	if e.Objective != (Objective{Metric: "acc", Direction: Minimize}) {
+		t.Errorf("objective = %+v", e.Objective)
+	}
+	if e.DriveByAPI() {
+		t.Error("DriveByAPI() = true for an experiment with an entrypoint")
+	}
+}
+
+func TestSearcherSettingsTable(t *testing.T) {
+	// A searcher with settings is one table entry; exercise the kinds with a
+	// temporary one.
+	searcherDefs["test"] = searcherDef{defaultTrials: 7, settings: map[string]SettingKind{
+		"rungs": SettingInt, "eta": SettingFloat, "mode": SettingString, "early": SettingBool,
+	}}
+	defer delete(searcherDefs, "test")
+
+	e, err := Parse("s.yaml", []byte("name: s\nobjective: l\nsearcher: {name: test, rungs: 3, eta: 2, mode: fast, early: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Searcher{Name: "test", Settings: map[string]any{"rungs": int64(3), "eta": 2.0, "mode": "fast", "early": true}}
+	if diff := cmp.Diff(want, e.Searcher); diff != "" {
+		t.Errorf("searcher (-want +got):\n%s", diff)
+	}
+	if e.MaxTrials != 7 {
+		t.Errorf("MaxTrials = %d, want the table default 7", e.MaxTrials)
+	}
+
+	_, err = Parse("s.yaml", []byte("name: s\nobjective: l\nsearcher: {name: test, rung: 3, eta: fast}\n"))
+	want2 := "s.yaml:3:24: searcher: unknown setting \"rung\" for searcher test; did you mean rungs?\n" +
+		"s.yaml:3:38: searcher.eta: expected a number, got the string \"fast\""
+	if err == nil || err.Error() != want2 {
+		t.Errorf("error:\n%v\nwant:\n%s", err, want2)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	data := []byte("name: big\nobjective: l\ndescription: " + strings.Repeat("x", MaxFileSize) + "\n")
+	_, err := Parse("big.yaml", data)
+	want := "big.yaml: file is over 1048576 bytes (1 MiB); an experiment file must be smaller"
+	if err == nil || err.Error() != want {
+		t.Errorf("error = %v, want %q", err, want)
+	}
+
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := Load(path); err == nil || len(got) != MaxFileSize+1 {
+		t.Errorf("Load: err = %v, read %d bytes; want an error after reading at most %d", err, len(got), MaxFileSize+1)
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	_, _, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("error = %v, want one wrapping os.ErrNotExist", err)
+	}
+}
+
+func TestTooManyProblems(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("name: s\nobjective: l\n")
+	for i := 0; i < 2*maxProblems; i++ {
+		b.WriteString("bogus" + strings.Repeat("x", i) + ": 1\n")
+	}
+	_, err := Parse("m.yaml", []byte(b.String()))
+	var perr *Error
+	if !errors.As(err, &perr) {
+		t.Fatalf("error = %v, want *Error", err)
+	}
+	if len(perr.Problems) != maxProblems+1 {
+		t.Fatalf("got %d problems, want %d plus a final note", len(perr.Problems), maxProblems)
+	}
+	if last := perr.Problems[maxProblems]; !strings.Contains(last.Msg, "too many problems") {
+		t.Errorf("last problem = %q, want the too-many note", last.Msg)
+	}
+}
+
+func TestAliasBombIsCheap(t *testing.T) {
+	// The classic billion-laughs shape: refused on the first alias, never expanded.
+	var b strings.Builder
+	b.WriteString("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 30; i++ {
+		b.WriteString("a" + itoa(i) + ": &a" + itoa(i) + " [")
+		for j := 0; j < 10; j++ {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("*a" + itoa(i-1))
+		}
+		b.WriteString("]\n")
+	}
+	start := time.Now()
+	_, err := Parse("bomb.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "aliases (*a0) are not supported") {
+		t.Errorf("error = %v, want aliases refused", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Parse took %v on an alias bomb", d)
+	}
+}
+
+func itoa(i int) string { return FormatValue(i) }
+
+func TestProblemString(t *testing.T) {
+	tests := []struct {
+		p    Problem
+		want string
+	}{
+		{Problem{File: "e.yaml", Line: 12, Col: 5, Path: "hyperparameters.lr.max", Msg: "must be > min"}, "e.yaml:12:5: hyperparameters.lr.max: must be > min"},
+		{Problem{File: "e.yaml", Line: 3, Msg: "invalid YAML: x"}, "e.yaml:3: invalid YAML: x"},
+		{Problem{File: "e.yaml", Msg: "file is empty"}, "e.yaml: file is empty"},
+	}
+	for _, tt := range tests {
+		if got := tt.p.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	tests := []struct {
+		word string
+		want string
+	}{
+		{"max_trails", "max_trials"},
+		{"Max_Trials", "max_trials"},
+		{"timout", "timeout"},
+		{"nmae", "name"},
+		{"colour", ""},
+		{"foo", ""},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := suggest(tt.word, topFields); got != tt.want {
+			t.Errorf("suggest(%q) = %q, want %q", tt.word, got, tt.want)
+		}
+	}
+}
