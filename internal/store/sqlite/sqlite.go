@@ -1,0 +1,184 @@
+// Package sqlite is Virga's default store: one SQLite database file in WAL
+// mode with synchronous=FULL, so a batch that Apply has acknowledged survives
+// a kill -9 of the process. It persists what it is told and decides nothing;
+// it must never hold state outside the database or reorder a caller's batch.
+//
+// Writes go through a single connection (SQLite allows one writer at a time),
+// reads through a separate pool of read-only connections, so readers never
+// wait for a write in progress.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/store"
+	"github.com/virga-ml/virga/internal/store/migrations"
+)
+
+// busyTimeout is how long a statement waits for another process's lock on
+// the database before failing with SQLITE_BUSY.
+const busyTimeout = 10 * time.Second
+
+// maxReaders bounds the read-only connections.
+const maxReaders = 4
+
+// Store is a store.Store on one SQLite database file.
+type Store struct {
+	path      string
+	w         *sql.DB // the single writer connection
+	r         *sql.DB // read-only connections
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed, with its directory) the SQLite database at
+// path and brings its schema up to date. It fails if the database was written
+// by a newer Virga whose schema it does not know.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("opening sqlite store: empty path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening sqlite store %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("opening sqlite store: creating directory: %w", err)
+	}
+	// A file: URI, so that '?' or '#' in the path cannot be read as parameters.
+	base := "file:" + (&url.URL{Path: abs}).EscapedPath() + "?" + url.Values{
+		"_pragma": {
+			fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()),
+			"foreign_keys(1)",
+			"synchronous(FULL)",
+		},
+	}.Encode()
+	s := &Store{path: abs}
+	// The writer: WAL (persistent in the file) and BEGIN IMMEDIATE, so a
+	// transaction takes the write lock up front instead of failing to upgrade.
+	s.w, err = sql.Open("sqlite", base+"&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+	if err := s.migrate(ctx); err != nil {
+		s.w.Close()
+		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
+	}
+	s.r, err = sql.Open("sqlite", base+"&_pragma=query_only(1)")
+	if err != nil {
+		s.w.Close()
+		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
+	}
+	s.r.SetMaxOpenConns(maxReaders)
+	s.r.SetMaxIdleConns(maxReaders)
+	if err := s.r.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
+	}
+	return s, nil
+}
+
+// Path returns the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// migrate applies the migrations newer than the database's schema version,
+// all in one write transaction: a second process opening the same file at the
+// same time waits for the lock and then finds nothing left to do.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := migrations.List(migrations.SQLite)
+	if err != nil {
+		return err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrating: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+		version    INTEGER PRIMARY KEY,
+		applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("migrating: creating schema_version: %w", err)
+	}
+	var cur int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&cur); err != nil {
+		return fmt.Errorf("migrating: reading schema version: %w", err)
+	}
+	if latest := ms[len(ms)-1].Version; cur > latest {
+		return fmt.Errorf("database schema version %d is newer than this Virga knows (%d): upgrade Virga", cur, latest)
+	}
+	for _, m := range ms {
+		if m.Version <= cur {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, applied_at) VALUES (?, ?)`,
+			m.Version, time.Now().UnixNano()); err != nil {
+			return fmt.Errorf("migration %s: recording version: %w", m.Name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrating: committing: %w", err)
+	}
+	return nil
+}
+
+// SchemaVersion returns the version of the newest migration applied.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	if err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("reading schema version: %w", err)
+	}
+	return v, nil
+}
+
+// Close closes the database. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.r != nil {
+			errs = append(errs, s.r.Close())
+		}
+		errs = append(errs, s.w.Close())
+		if err := errors.Join(errs...); err != nil {
+			s.closeErr = fmt.Errorf("closing sqlite store %s: %w", s.path, err)
+		}
+	})
+	return s.closeErr
+}
+
+// wrap adds context to a statement's error and maps constraint failures onto
+// Virga's sentinels: a missing referenced row is virga.ErrNotFound, a
+// duplicate key is virga.ErrConflict.
+func wrap(err error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+			return fmt.Errorf("%s: a referenced row is missing: %w (%w)", msg, virga.ErrNotFound, err)
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return fmt.Errorf("%s: duplicate: %w (%w)", msg, virga.ErrConflict, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}

@@ -1,0 +1,245 @@
+package sqlite_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/store"
+	"github.com/virga-ml/virga/internal/store/migrations"
+	"github.com/virga-ml/virga/internal/store/sqlite"
+	"github.com/virga-ml/virga/internal/store/storetest"
+)
+
+func open(t testing.TB, path string) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t,
+		func(t *testing.T) store.Store { return open(t, filepath.Join(t.TempDir(), "virga.db")) },
+		storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
+			path := s.(*sqlite.Store).Path()
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			return open(t, path)
+		}))
+}
+
+func TestOpenCreatesDirectoryAndOddPaths(t *testing.T) {
+	// A missing directory, and characters that mean something in a URI.
+	path := filepath.Join(t.TempDir(), "a b", "new?dir#x", "100%.db")
+	s := open(t, path)
+	if s.Path() != path {
+		t.Errorf("Path() = %q, want %q", s.Path(), path)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database file not created where asked: %v", err)
+	}
+	if _, err := os.Stat(path + "-wal"); err != nil {
+		t.Errorf("no WAL file next to the database (WAL mode off?): %v", err)
+	}
+}
+
+func TestOpenEmptyPath(t *testing.T) {
+	if _, err := sqlite.Open(context.Background(), ""); err == nil {
+		t.Fatal("Open(\"\") succeeded")
+	}
+}
+
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "virga.db")
+	latest, err := migrations.Latest(migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := sqlite.Open(context.Background(), path)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer s.Close()
+			v, err := s.SchemaVersion(context.Background())
+			if err == nil && v != latest {
+				err = fmt.Errorf("SchemaVersion = %d, want %d", v, latest)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("opener %d: %v", i, err)
+		}
+	}
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "virga.db")
+	s := open(t, path)
+	s.Close()
+	// Pretend a newer Virga migrated the file.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`INSERT INTO schema_version (version, applied_at) VALUES (9999, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = sqlite.Open(context.Background(), path)
+	if err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("Open of a newer schema: got %v, want an error saying it is newer", err)
+	}
+}
+
+// childEnv makes the test binary run killChild instead of the tests.
+const childEnv = "VIRGA_SQLITE_KILL_CHILD"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(childEnv); path != "" {
+		killChild(path)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// killChild applies numbered batches forever, printing each number once
+// Apply has returned. The parent kills it with SIGKILL.
+func killChild(path string) {
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(2)
+	}
+	e := &virga.Experiment{Name: "kill", State: virga.ExperimentActive}
+	if err := s.Apply(ctx, &store.Batch{Experiments: []*virga.Experiment{e}}); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(2)
+	}
+	tr := &virga.Trial{ExperimentID: e.ID, Seq: 1, State: virga.TrialRunning}
+	if err := s.Apply(ctx, &store.Batch{Trials: []*virga.Trial{tr}}); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(2)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	for n := int64(1); ; n++ {
+		b := &store.Batch{
+			Events: []*virga.Event{{ExperimentID: e.ID, TrialID: tr.ID, Kind: "batch", Message: strconv.FormatInt(n, 10)}},
+		}
+		for j := range int64(8) {
+			b.Metrics = append(b.Metrics, virga.Metric{TrialID: tr.ID, Step: n*8 + j, Values: map[string]float64{"n": float64(n)}})
+		}
+		if err := s.Apply(ctx, b); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(out, n)
+		out.Flush()
+	}
+}
+
+func TestKill9Durability(t *testing.T) {
+	if testing.Short() {
+		t.Skip("re-executes the test binary")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		path := filepath.Join(t.TempDir(), "virga.db")
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+path)
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		acked := make(chan int64, 1)
+		go func() {
+			var last int64
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				if n, err := strconv.ParseInt(sc.Text(), 10, 64); err == nil {
+					last = n
+				}
+			}
+			acked <- last
+		}()
+		// Let it get going, then kill it at a random moment.
+		time.Sleep(300*time.Millisecond + rand.N(400*time.Millisecond))
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		last := <-acked
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("round %d: child ended with %v, want killed by SIGKILL", round, err)
+		}
+		if last < 1 {
+			t.Fatalf("round %d: child acknowledged no batch before the kill", round)
+		}
+
+		s := open(t, path)
+		ctx := context.Background()
+		evs, err := s.Events(ctx, store.EventFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every acknowledged batch is there (one more may be, committed but not yet printed).
+		if int64(len(evs)) < last || int64(len(evs)) > last+1 {
+			t.Fatalf("round %d: %d batches stored, %d acknowledged", round, len(evs), last)
+		}
+		for i, ev := range evs {
+			if ev.Message != strconv.Itoa(i+1) {
+				t.Fatalf("round %d: event %d is batch %q, want %d", round, i, ev.Message, i+1)
+			}
+		}
+		ms, err := s.Metrics(ctx, store.MetricFilter{TrialID: evs[0].TrialID, AfterStep: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) != 8*len(evs) {
+			t.Fatalf("round %d: %d metrics for %d batches, want %d", round, len(ms), len(evs), 8*len(evs))
+		}
+		t.Logf("round %d: killed after %d acknowledged batches; all present", round, last)
+	}
+}
+
+// BenchmarkApplyMetrics measures one Apply of 64 metrics and 8 trial updates.
+func BenchmarkApplyMetrics(b *testing.B) {
+	s := open(b, filepath.Join(b.TempDir(), "virga.db"))
+	storetest.BenchmarkApplyMetrics(b, s)
+}
