@@ -16,6 +16,9 @@ import (
 const (
 	relayFirstBackoff = 50 * time.Millisecond
 	relayMaxBackoff   = 2 * time.Second
+	// relayMaxQueue bounds the reports waiting while the server is away;
+	// newer ones are dropped (and counted) beyond it.
+	relayMaxQueue = 10000
 )
 
 // metricLine is the JSON a VIRGA_METRIC line carries.
@@ -80,6 +83,10 @@ func (r *relay) enqueue(body []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
+		return
+	}
+	if len(r.queue) >= relayMaxQueue {
+		r.dropped++
 		return
 	}
 	r.queue = append(r.queue, body)
