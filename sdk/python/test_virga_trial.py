@@ -237,6 +237,9 @@ class EnvTest(unittest.TestCase):
         managed = virga_trial.from_env({"VIRGA_CHECKPOINT_DIR": theirs}, default_checkpoint_dir=mine,
                                        handle_signals=False)
         self.assertEqual(managed.checkpoint_dir, theirs)
+        later = virga_trial.from_env({}, handle_signals=False)
+        later.set_default_checkpoint_dir(mine)
+        self.assertEqual(later.checkpoint_dir, mine)
 
 
 SIGNAL_SCRIPT = textwrap.dedent("""

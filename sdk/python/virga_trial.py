@@ -252,11 +252,19 @@ class Trial:
             raise ValueError(f"hyperparameter {name}={value!r}: {e}") from None
         return value
 
+    def set_default_checkpoint_dir(self, directory: str) -> None:
+        """Name the checkpoint directory to use when Virga gave none (a hand run,
+        typically from a flag). Under Virga it has no effect: only
+        ``VIRGA_CHECKPOINT_DIR`` is saved. Call it before reading ``checkpoint_dir``."""
+        with self._lock:
+            self._default_checkpoint_dir = directory or None
+
     @property
     def checkpoint_dir(self) -> str:
         """The directory to write checkpoints into and to resume from, created
         if needed: ``VIRGA_CHECKPOINT_DIR`` under Virga; otherwise the
-        ``default_checkpoint_dir`` given to ``from_env``; otherwise a new
+        ``default_checkpoint_dir`` given to ``from_env`` or
+        ``set_default_checkpoint_dir``; otherwise a new
         temporary directory. The answer never changes once given."""
         with self._lock:
             if self._resolved_checkpoint_dir is None:
