@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/store"
+)
+
+// Apply commits b in one transaction (see store.Batch). On failure nothing
+// is stored and the IDs of rows it would have inserted are left at 0.
+func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
+	if b == nil || b.Empty() {
+		return nil
+	}
+	q := queue{b: &pgx.Batch{}}
+	if err := q.build(b); err != nil {
+		return fmt.Errorf("applying batch: %w", err)
+	}
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		return tx.SendBatch(ctx, q.b).Close()
+	})
+	if err != nil {
+		for _, p := range q.ids {
+			*p = 0
+		}
+		return fmt.Errorf("applying batch: %w", err)
+	}
+	return nil
+}
+
+// queue builds the pgx.Batch of one store.Batch, in the documented order.
+type queue struct {
+	b   *pgx.Batch
+	ids []*int64 // ID fields set by inserts, reset if the batch fails
+}
+
+func (q *queue) build(b *store.Batch) error {
+	for _, e := range b.Experiments {
+		if err := q.experiment(e); err != nil {
+			return err
+		}
+	}
+	for _, t := range b.Trials {
+		if err := q.trial(t); err != nil {
+			return err
+		}
+	}
+	for _, a := range b.Attempts {
+		if err := q.attempt(a); err != nil {
+			return err
+		}
+	}
+	if err := q.checkpoints(b.Checkpoints, b.DeleteCheckpoints); err != nil {
+		return err
+	}
+	if err := q.metrics(b.Metrics); err != nil {
+		return err
+	}
+	for _, e := range b.Events {
+		if err := q.event(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upsert queues an insert (whose RETURNING id sets *id) when *id is 0, and
+// otherwise an update of the row with that ID, failing with
+// virga.ErrNotFound if there is none. The update's last parameter is the ID.
+func (q *queue) upsert(what string, id *int64, insert, update string, args ...any) {
+	if *id == 0 {
+		q.b.Queue(insert, args...).Fn = func(br pgx.BatchResults) error {
+			if err := br.QueryRow().Scan(id); err != nil {
+				return wrap(err, "inserting %s", what)
+			}
+			q.ids = append(q.ids, id)
+			return nil
+		}
+		return
+	}
+	want := *id
+	q.b.Queue(update, append(args, want)...).Fn = func(br pgx.BatchResults) error {
+		ct, err := br.Exec()
+		if err != nil {
+			return wrap(err, "updating %s %d", what, want)
+		}
+		if ct.RowsAffected() == 0 {
+			return fmt.Errorf("updating %s %d: %w", what, want, virga.ErrNotFound)
+		}
+		return nil
+	}
+}
+
+// exec queues a statement whose only result is success or failure.
+func (q *queue) exec(what string, sql string, args ...any) {
+	q.b.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return wrap(err, "%s", what)
+		}
+		return nil
+	}
+}
+
+const experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at`
+
+func (q *queue) experiment(e *virga.Experiment) error {
+	var enc encoder
+	args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
+		enc.time("created_at", e.CreatedAt), enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt)}
+	if enc.err != nil {
+		return fmt.Errorf("experiment %q: %w", e.Name, enc.err)
+	}
+	q.upsert("experiment", &e.ID,
+		`INSERT INTO experiments (`+experimentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
+		`UPDATE experiments SET name = $1, state = $2, spec = $3, spec_file = $4, searcher_state = $5,
+			message = $6, created_at = $7, updated_at = $8, ended_at = $9 WHERE id = $10`,
+		args...)
+	return nil
+}
+
+const trialCols = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
+	best_step, checkpoint, message, created_at, updated_at, ended_at`
+
+func (q *queue) trial(t *virga.Trial) error {
+	var enc encoder
+	args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.hparams(t.HParams),
+		t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best), t.BestStep, t.Checkpoint, t.Message,
+		enc.time("created_at", t.CreatedAt), enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt)}
+	if enc.err != nil {
+		return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.err)
+	}
+	q.upsert(fmt.Sprintf("trial (experiment %d, seq %d)", t.ExperimentID, t.Seq), &t.ID,
+		`INSERT INTO trials (`+trialCols+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
+		`UPDATE trials SET experiment_id = $1, seq = $2, request = $3, state = $4, hparams = $5, attempts = $6,
+			restarts = $7, step = $8, latest = $9, best = $10, best_step = $11, checkpoint = $12, message = $13,
+			created_at = $14, updated_at = $15, ended_at = $16 WHERE id = $17`,
+		args...)
+	return nil
+}
+
+const attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
+	created_at, started_at, ended_at`
+
+func (q *queue) attempt(a *virga.Attempt) error {
+	var enc encoder
+	args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
+		a.Signal, a.Restored, a.Dir, a.Message,
+		enc.time("created_at", a.CreatedAt), enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
+	if enc.err != nil {
+		return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.err)
+	}
+	q.upsert(fmt.Sprintf("attempt (trial %d, number %d)", a.TrialID, a.Number), &a.ID,
+		`INSERT INTO attempts (`+attemptCols+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
+		`UPDATE attempts SET trial_id = $1, number = $2, state = $3, outcome = $4, backend = $5, pid = $6,
+			exit_code = $7, signal = $8, restored = $9, dir = $10, message = $11, created_at = $12,
+			started_at = $13, ended_at = $14 WHERE id = $15`,
+		args...)
+	return nil
+}
+
+func (q *queue) checkpoints(add []virga.Checkpoint, del []store.CheckpointRef) error {
+	for _, c := range add {
+		var enc encoder
+		tm := enc.time("time", c.Time)
+		if enc.err != nil {
+			return fmt.Errorf("checkpoint %s of trial %d: %w", c.ID, c.TrialID, enc.err)
+		}
+		q.exec(fmt.Sprintf("inserting checkpoint %s of trial %d", c.ID, c.TrialID),
+			`INSERT INTO checkpoints (trial_id, id, attempt_id, step, size, files, time)
+				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (trial_id, id) DO NOTHING`,
+			c.TrialID, c.ID, c.AttemptID, c.Step, c.Size, c.Files, tm)
+	}
+	for _, r := range del {
+		q.exec(fmt.Sprintf("deleting checkpoint %s of trial %d", r.ID, r.TrialID),
+			`DELETE FROM checkpoints WHERE trial_id = $1 AND id = $2`, r.TrialID, r.ID)
+	}
+	return nil
+}
+
+// metrics queues one multi-row upsert of all the metrics. PostgreSQL refuses
+// to update a row twice in one statement, so of several metrics with the same
+// (trial, step) only the last is sent, as if they were applied in order.
+func (q *queue) metrics(ms []virga.Metric) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	type key struct{ trial, step int64 }
+	last := make(map[key]int, len(ms))
+	for i, m := range ms {
+		last[key{m.TrialID, m.Step}] = i
+	}
+	n := len(last)
+	trials, steps, attempts := make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	values, times := make([]string, 0, n), make([]*int64, 0, n)
+	for i, m := range ms {
+		if last[key{m.TrialID, m.Step}] != i {
+			continue
+		}
+		var enc encoder
+		v, tm := enc.values(m.Values), enc.time("time", m.Time)
+		if enc.err != nil {
+			return fmt.Errorf("metric of trial %d step %d: %w", m.TrialID, m.Step, enc.err)
+		}
+		trials, steps, attempts, values = append(trials, m.TrialID), append(steps, m.Step), append(attempts, m.AttemptID), append(values, v)
+		if tm == nil {
+			times = append(times, nil)
+		} else {
+			ns := tm.(int64)
+			times = append(times, &ns)
+		}
+	}
+	q.exec(fmt.Sprintf("storing %d metrics", n),
+		`INSERT INTO metrics (trial_id, step, attempt_id, values_json, time)
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bigint[])
+		ON CONFLICT (trial_id, step) DO UPDATE SET
+			attempt_id = excluded.attempt_id, values_json = excluded.values_json, time = excluded.time`,
+		trials, steps, attempts, values, times)
+	return nil
+}
+
+func (q *queue) event(e *virga.Event) error {
+	var enc encoder
+	args := []any{e.ExperimentID, e.TrialID, e.AttemptID, e.Kind, e.Message, enc.time("time", e.Time)}
+	if enc.err != nil {
+		return fmt.Errorf("event %s: %w", e.Kind, enc.err)
+	}
+	q.upsert("event "+e.Kind, &e.ID,
+		`INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+		`UPDATE events SET experiment_id = $1, trial_id = $2, attempt_id = $3, kind = $4, message = $5, time = $6
+			WHERE id = $7`,
+		args...)
+	return nil
+}

@@ -1,0 +1,154 @@
+package postgres
+
+// This file encodes domain values into column values and back. The sqlite
+// package holds the same rules; keep the two in step (the conformance suite
+// checks they agree).
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// minTime and maxTime bound the times that fit in int64 Unix nanoseconds.
+var (
+	minTime = time.Unix(0, math.MinInt64).UTC()
+	maxTime = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// encoder turns values into column values, keeping the first error so a
+// statement's arguments can be built in one expression and checked once.
+type encoder struct{ err error }
+
+// time returns t as Unix nanoseconds, or nil (NULL) for the zero time.
+func (e *encoder) time(what string, t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	if t.Before(minTime) || t.After(maxTime) {
+		e.fail(fmt.Errorf("%s %s: outside the storable range %d..%d", what, t, minTime.Year(), maxTime.Year()))
+		return nil
+	}
+	return t.UnixNano()
+}
+
+// hparams returns m as JSON text ("null" for a nil map).
+func (e *encoder) hparams(m map[string]any) string {
+	b, err := json.Marshal(m)
+	if err != nil {
+		e.fail(fmt.Errorf("encoding hparams: %w", err))
+	}
+	return string(b)
+}
+
+// values returns metric values as a JSON object. JSON has no NaN or
+// infinities, so those are written as the strings "NaN", "+Inf" and "-Inf".
+func (e *encoder) values(m map[string]float64) string {
+	if m == nil {
+		return "null"
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		switch {
+		case math.IsNaN(v):
+			out[k] = "NaN"
+		case math.IsInf(v, 1):
+			out[k] = "+Inf"
+		case math.IsInf(v, -1):
+			out[k] = "-Inf"
+		default:
+			out[k] = v
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		e.fail(fmt.Errorf("encoding metric values: %w", err))
+	}
+	return string(b)
+}
+
+func (e *encoder) fail(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+// float returns p's value, or nil (NULL) when p is nil or NaN (SQLite cannot
+// store NaN, so neither store does: both read it back as nil).
+func float(p *float64) any {
+	if p == nil || math.IsNaN(*p) {
+		return nil
+	}
+	return *p
+}
+
+// intPtr returns p's value as int64, or nil (NULL) when p is nil.
+func intPtr(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return int64(*p)
+}
+
+// decTime is the inverse of encoder.time.
+func decTime(n *int64) time.Time {
+	if n == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, *n).UTC()
+}
+
+// decInt is the inverse of intPtr.
+func decInt(n *int64) *int {
+	if n == nil {
+		return nil
+	}
+	v := int(*n)
+	return &v
+}
+
+// decBytes reads back a byte column; empty and NULL both come back nil.
+func decBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// decHParams is the inverse of encoder.hparams. JSON numbers come back as float64.
+func decHParams(s string) (map[string]any, error) {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("decoding hparams: %w", err)
+	}
+	return m, nil
+}
+
+// decValues is the inverse of encoder.values.
+func decValues(s string) (map[string]float64, error) {
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(s), &raw); err != nil {
+		return nil, fmt.Errorf("decoding metric values: %w", err)
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	out := make(map[string]float64, len(raw))
+	for k, v := range raw {
+		switch v := v.(type) {
+		case float64:
+			out[k] = v
+		case string:
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, fmt.Errorf("decoding metric value %q: %w", k, err)
+			}
+			out[k] = f
+		default:
+			return nil, fmt.Errorf("decoding metric value %q: unexpected %T", k, v)
+		}
+	}
+	return out, nil
+}
