@@ -14,7 +14,13 @@ import (
 // BenchmarkStart measures the time from Start to the Started event (the trial
 // process exists), one attempt at a time, and reports its p50 and p99.
 func BenchmarkStart(b *testing.B) {
-	be := newBackend(b, Config{})
+	for _, mode := range shimModes {
+		b.Run(mode.name, func(b *testing.B) { benchmarkStart(b, Config{WarmShims: mode.warm}) })
+	}
+}
+
+func benchmarkStart(b *testing.B, cfg Config) {
+	be := newBackend(b, cfg)
 	root := b.TempDir()
 	var lat []time.Duration
 	id := int64(0)

@@ -39,6 +39,11 @@ type Config struct {
 	// PollInterval is how often an adopted attempt's lock is tried to learn
 	// that its shim ended. Default 100ms.
 	PollInterval time.Duration
+	// WarmShims is how many idle shims are kept started and initialised, so
+	// that Start hands the attempt to one through a pipe instead of executing
+	// a shim (which takes milliseconds: a large binary and a Go runtime).
+	// 0 means 2; a negative number means none (every Start executes a shim).
+	WarmShims int
 }
 
 // Backend runs attempts as processes on this machine, each under a `virga
@@ -48,16 +53,19 @@ type Backend struct {
 	shim     []string
 	now      func() time.Time
 	poll     time.Duration
+	warm     int
+	refill   chan struct{} // wakes refillLoop
 	q        *eventQueue
 
 	ctx    context.Context // cancelled by Close: adopted watchers stop
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // adopted watchers
+	wg     sync.WaitGroup // adopted watchers and refillLoop
 
 	mu       sync.Mutex
 	reserved virga.Resources
 	attempts map[int64]*attempt // running or adopted, until their Exited
 	held     []*os.File         // locks of attempts declared over, released by Close
+	idle     []*warmShim        // warm shims waiting for an attempt
 	closed   bool
 }
 
@@ -114,8 +122,20 @@ func New(cfg Config) (*Backend, error) {
 	if b.poll <= 0 {
 		b.poll = 100 * time.Millisecond
 	}
+	switch {
+	case cfg.WarmShims == 0:
+		b.warm = 2
+	case cfg.WarmShims > 0:
+		b.warm = cfg.WarmShims
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.q = newEventQueue()
+	if b.warm > 0 {
+		b.refill = make(chan struct{}, 1)
+		b.wg.Add(1)
+		go b.refillLoop()
+		b.askRefill()
+	}
 	return b, nil
 }
 
@@ -200,8 +220,11 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	b.attempts[s.AttemptID] = a
 	b.mu.Unlock()
 
-	// 2. Launch the shim.
-	cmd, pidR, err := b.launch(s)
+	// 2. Hand it to a warm shim, or launch one.
+	cmd, pidR, err := b.launchWarmFor(s)
+	if err == nil && cmd == nil {
+		cmd, pidR, err = b.launch(s)
+	}
 	if err != nil {
 		b.mu.Lock()
 		b.reserved = b.reserved.Sub(s.Resources)
@@ -240,10 +263,7 @@ func (b *Backend) launch(s *backend.StartSpec) (*exec.Cmd, *os.File, error) {
 	}
 	args = append(append(args, "--"), s.Argv...)
 
-	env := os.Environ()
-	for k, v := range s.Env {
-		env = append(env, k+"="+v) // later entries win
-	}
+	env := trialEnv(s)
 	if s.Token != "" {
 		env = append(env, DefaultTokenEnv+"="+s.Token)
 	}
@@ -260,6 +280,15 @@ func (b *Backend) launch(s *backend.StartSpec) (*exec.Cmd, *os.File, error) {
 		return nil, nil, fmt.Errorf("launching the shim %s: %w", b.shim[0], err)
 	}
 	return cmd, pidR, nil
+}
+
+// trialEnv is the trial's environment: this process's, then s.Env.
+func trialEnv(s *backend.StartSpec) []string {
+	env := os.Environ()
+	for k, v := range s.Env {
+		env = append(env, k+"="+v) // later entries win (exec.Cmd dedups)
+	}
+	return env
 }
 
 // watchChild follows a shim this backend launched: Started when the trial's
@@ -404,7 +433,8 @@ func signalGroup(pid int, sig unix.Signal) error {
 }
 
 // Close stops watching attempts and closes the Events channel; it does not
-// signal any process, and cancels pending SIGKILLs of Stop. Shims this
+// signal any trial, and cancels pending SIGKILLs of Stop. Idle warm shims
+// are sent away. Shims this
 // backend launched are still reaped when they end. Locks taken to keep lost
 // attempts from starting are released: their exit.json keeps a late shim
 // from starting them. Close is idempotent.
@@ -424,9 +454,12 @@ func (b *Backend) Close() error {
 	b.cancel()
 	b.wg.Wait()
 	b.mu.Lock()
-	held := b.held
-	b.held = nil
+	held, idle := b.held, b.idle
+	b.held, b.idle = nil, nil
 	b.mu.Unlock()
+	for _, w := range idle {
+		w.release()
+	}
 	var errs []error
 	for _, f := range held {
 		if err := f.Close(); err != nil {

@@ -23,6 +23,13 @@ import (
 
 func intp(n int) *int { return &n }
 
+// shimModes are the two ways Start gets a shim: handed to a warm one, or
+// executed for the attempt.
+var shimModes = []struct {
+	name string
+	warm int // Config.WarmShims
+}{{"warm", 2}, {"cold", -1}}
+
 func TestExit(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -36,33 +43,35 @@ func TestExit(t *testing.T) {
 		{name: "exit 3", script: "exit 3", wantCode: intp(3)},
 		{name: "killed by a signal", script: "kill -9 $$", wantSignal: "killed"},
 	}
-	for i, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-			b := newBackend(t, Config{Now: func() time.Time { return fixed }})
-			s := shSpec(t, int64(i+1), tc.script)
-			started := start(t, b, s)
-			if !started.Time.Equal(fixed) {
-				t.Errorf("Started.Time = %v, want the injected clock's %v", started.Time, fixed)
-			}
-			ev := expect(t, b, s.AttemptID, backend.Exited)
-			got := backend.Event{ExitCode: ev.ExitCode, Signal: ev.Signal, Lost: ev.Lost}
-			want := backend.Event{ExitCode: tc.wantCode, Signal: tc.wantSignal}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("Exited (-want,+got):\n%s", diff)
-			}
-			rec, err := readShimRecord(s.Dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rec.TrialPID != started.PID || rec.ShimPID <= 0 {
-				t.Errorf("shim.json = %+v, want trial pid %d", rec, started.PID)
-			}
-			if _, err := os.Stat(filepath.Join(s.Dir, ExitFile)); err != nil {
-				t.Errorf("exit.json: %v", err)
-			}
-		})
+	for _, mode := range shimModes {
+		for i, tc := range tests {
+			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+				b := newBackend(t, Config{Now: func() time.Time { return fixed }, WarmShims: mode.warm})
+				s := shSpec(t, int64(i+1), tc.script)
+				started := start(t, b, s)
+				if !started.Time.Equal(fixed) {
+					t.Errorf("Started.Time = %v, want the injected clock's %v", started.Time, fixed)
+				}
+				ev := expect(t, b, s.AttemptID, backend.Exited)
+				got := backend.Event{ExitCode: ev.ExitCode, Signal: ev.Signal, Lost: ev.Lost}
+				want := backend.Event{ExitCode: tc.wantCode, Signal: tc.wantSignal}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("Exited (-want,+got):\n%s", diff)
+				}
+				rec, err := readShimRecord(s.Dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.TrialPID != started.PID || rec.ShimPID <= 0 {
+					t.Errorf("shim.json = %+v, want trial pid %d", rec, started.PID)
+				}
+				if _, err := os.Stat(filepath.Join(s.Dir, ExitFile)); err != nil {
+					t.Errorf("exit.json: %v", err)
+				}
+			})
+		}
 	}
 }
 
@@ -168,7 +177,16 @@ func TestStopBeforePIDKnown(t *testing.T) {
 
 func TestOutputAndEnvironment(t *testing.T) {
 	t.Parallel()
-	b := newBackend(t, Config{})
+	for _, mode := range shimModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			testOutputAndEnvironment(t, Config{WarmShims: mode.warm})
+		})
+	}
+}
+
+func testOutputAndEnvironment(t *testing.T, cfg Config) {
+	b := newBackend(t, cfg)
 	s := shSpec(t, 1, `echo out; echo err >&2; echo "trial=$VIRGA_TRIAL_ID pwd=$(pwd) token=${`+DefaultTokenEnv+`:-none}"; read x && echo "stdin=$x"; printf 'no newline'`)
 	s.Env = map[string]string{"VIRGA_TRIAL_ID": "42"}
 	s.Token = "secret"
@@ -232,11 +250,20 @@ func (rs *reportServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func TestMetricRelay(t *testing.T) {
 	t.Parallel()
+	for _, mode := range shimModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			testMetricRelay(t, Config{WarmShims: mode.warm})
+		})
+	}
+}
+
+func testMetricRelay(t *testing.T, cfg Config) {
 	rs := &reportServer{fail503: 2}
 	srv := httptest.NewServer(rs)
 	t.Cleanup(srv.Close)
 
-	b := newBackend(t, Config{})
+	b := newBackend(t, cfg)
 	s := shSpec(t, 1, `
 echo 'VIRGA_METRIC {"step":1,"metrics":{"loss":0.5}}'
 echo 'VIRGA_METRIC not json'

@@ -3,6 +3,7 @@ package local
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,6 +55,20 @@ type shimOptions struct {
 	flushTimeout time.Duration
 	drainTimeout time.Duration
 	argv         []string
+	specStdin    bool
+	env          []string // the trial's environment; nil: the shim's own, without tokenEnv
+	token        string   // the report token when given on stdin
+}
+
+// shimSpec is what a warm shim (--spec-stdin) reads from stdin: the attempt
+// it is to run, with the trial's whole environment and the report token.
+type shimSpec struct {
+	Dir       string   `json:"dir"`
+	Workdir   string   `json:"workdir,omitempty"`
+	ReportURL string   `json:"report_url,omitempty"`
+	Token     string   `json:"token,omitempty"`
+	Env       []string `json:"env"`
+	Argv      []string `json:"argv"`
 }
 
 // ShimMain is the `virga shim` subcommand: it supervises one trial process and
@@ -70,6 +85,11 @@ type shimOptions struct {
 //	--report-retry D        how long one report is retried (default 60s)
 //	--flush-timeout D       how long pending reports may take after the trial ends (default 10s)
 //	-- ARGV...              the trial's command
+//	--spec-stdin            start warm: wait for the attempt as one JSON object on stdin
+//	                        ({"dir","workdir","report_url","token","env","argv"}, the env
+//	                        being the trial's whole environment) instead of --dir, --workdir,
+//	                        --report-url, --token-env and ARGV; EOF before it means "not
+//	                        needed" and the shim exits ShimExitOK having done nothing
 //
 // The shim takes the attempt's lock (exiting ShimExitLocked if it cannot, or
 // if the attempt already ran), starts the trial in a process group of its own
@@ -87,10 +107,35 @@ func ShimMain(args []string) int {
 	fs.IntVar(&o.pidFD, "pid-fd", -1, "file descriptor to write the trial's pid to")
 	fs.DurationVar(&o.reportRetry, "report-retry", 60*time.Second, "how long one report is retried")
 	fs.DurationVar(&o.flushTimeout, "flush-timeout", 10*time.Second, "how long pending reports may take after the trial ends")
+	fs.BoolVar(&o.specStdin, "spec-stdin", false, "wait for the attempt as JSON on stdin")
 	if err := fs.Parse(args); err != nil {
 		return ShimExitUsage
 	}
 	o.argv = fs.Args()
+	if o.specStdin {
+		if o.dir != "" || o.workdir != "" || o.reportURL != "" || len(o.argv) > 0 {
+			fmt.Fprintln(os.Stderr, "virga shim: --spec-stdin takes the attempt from stdin, not from --dir, --workdir, --report-url or arguments")
+			return ShimExitUsage
+		}
+		spec, err := readSpec(os.Stdin)
+		if errors.Is(err, io.EOF) {
+			return ShimExitOK // released from the pool unused
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "virga shim: %v\n", err)
+			return ShimExitUsage
+		}
+		o.dir, o.workdir, o.reportURL, o.token, o.env, o.argv = spec.Dir, spec.Workdir, spec.ReportURL, spec.Token, spec.Env, spec.Argv
+		if o.env == nil {
+			o.env = []string{}
+		}
+		if o.dir != "" {
+			if err := adoptStdio(o.dir); err != nil {
+				fmt.Fprintf(os.Stderr, "virga shim: %v\n", err)
+				return ShimExitFailed
+			}
+		}
+	}
 	switch {
 	case o.dir == "":
 		fmt.Fprintln(os.Stderr, "virga shim: --dir is required")
@@ -185,11 +230,14 @@ func runShim(o *shimOptions) int {
 	}()
 
 	// 3. The trial, in a process group of its own.
-	token := os.Getenv(o.tokenEnv)
-	env := make([]string, 0, len(os.Environ()))
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, o.tokenEnv+"=") {
-			env = append(env, kv)
+	token, env := o.token, o.env
+	if env == nil {
+		token = os.Getenv(o.tokenEnv)
+		env = make([]string, 0, len(os.Environ()))
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, o.tokenEnv+"=") {
+				env = append(env, kv)
+			}
 		}
 	}
 	pr, pw, err := os.Pipe()
@@ -278,6 +326,40 @@ func runShim(o *shimOptions) int {
 		return ShimExitFailed
 	}
 	return ShimExitOK
+}
+
+// readSpec reads a warm shim's attempt from r: io.EOF if r ends first.
+func readSpec(r io.Reader) (*shimSpec, error) {
+	var spec shimSpec
+	if err := json.NewDecoder(r).Decode(&spec); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("reading the attempt from stdin: %w", err)
+	}
+	return &spec, nil
+}
+
+// adoptStdio points a warm shim's stdin at /dev/null and its stdout and
+// stderr (until now /dev/null) at the attempt's output.log, as a cold
+// shim's are.
+func adoptStdio(dir string) error {
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", os.DevNull, err)
+	}
+	defer null.Close()
+	logf, err := os.OpenFile(filepath.Join(dir, OutputFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening output log: %w", err)
+	}
+	defer logf.Close()
+	for fd, f := range []*os.File{null, logf, logf} {
+		if err := unix.Dup3(int(f.Fd()), fd, 0); err != nil {
+			return fmt.Errorf("redirecting fd %d: %w", fd, err)
+		}
+	}
+	return nil
 }
 
 // copyOutput copies the trial's stdout to the log line by line, handing

@@ -1,0 +1,140 @@
+package local
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/virga-ml/virga/internal/backend"
+)
+
+// warmShim is an idle shim, already executed and initialised, waiting on its
+// stdin for the attempt to run (ShimMain's --spec-stdin). Handing it an
+// attempt takes one pipe write instead of an exec, which keeps the shim's
+// start-up off Start's path.
+type warmShim struct {
+	cmd   *exec.Cmd
+	specW *os.File // the shim's stdin
+	pidR  *os.File // the shim's fd 3
+}
+
+// launchWarm starts one idle shim. It runs in a session of its own from the
+// start; if this server dies, its stdin ends and it exits having done nothing.
+func (b *Backend) launchWarm() (*warmShim, error) {
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("creating a warm shim's stdin: %w", err)
+	}
+	defer specR.Close()
+	pidR, pidW, err := os.Pipe()
+	if err != nil {
+		specW.Close()
+		return nil, fmt.Errorf("creating a warm shim's pid pipe: %w", err)
+	}
+	defer pidW.Close()
+	args := append(append([]string(nil), b.shim[1:]...), "--spec-stdin", "--pid-fd", "3")
+	cmd := exec.Command(b.shim[0], args...)
+	cmd.Dir = "/"
+	cmd.Stdin = specR
+	cmd.ExtraFiles = []*os.File{pidW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		specW.Close()
+		pidR.Close()
+		return nil, fmt.Errorf("launching a warm shim %s: %w", b.shim[0], err)
+	}
+	return &warmShim{cmd: cmd, specW: specW, pidR: pidR}, nil
+}
+
+// release sends an idle shim away unused and reaps it in the background.
+func (w *warmShim) release() {
+	w.specW.Close()
+	w.pidR.Close()
+	go w.cmd.Wait() //nolint:errcheck // it exits 0 on EOF; nothing to report
+}
+
+// refillLoop keeps b.warm idle shims ready until Close.
+func (b *Backend) refillLoop() {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.refill:
+		}
+		for {
+			b.mu.Lock()
+			need := !b.closed && len(b.idle) < b.warm
+			b.mu.Unlock()
+			if !need {
+				break
+			}
+			w, err := b.launchWarm()
+			if err != nil {
+				break // Start launches cold shims meanwhile; retried on the next Start
+			}
+			b.mu.Lock()
+			if b.closed {
+				b.mu.Unlock()
+				w.release()
+				return
+			}
+			b.idle = append(b.idle, w)
+			b.mu.Unlock()
+		}
+	}
+}
+
+// askRefill wakes the refill loop without blocking.
+func (b *Backend) askRefill() {
+	if b.warm <= 0 {
+		return
+	}
+	select {
+	case b.refill <- struct{}{}:
+	default:
+	}
+}
+
+// launchWarmFor hands s to an idle shim; it returns nil if none is ready (or
+// the ones there died idle), and the caller launches a cold one.
+func (b *Backend) launchWarmFor(s *backend.StartSpec) (*exec.Cmd, *os.File, error) {
+	defer b.askRefill()
+	var msg []byte
+	for {
+		b.mu.Lock()
+		if len(b.idle) == 0 {
+			b.mu.Unlock()
+			return nil, nil, nil
+		}
+		w := b.idle[0]
+		b.idle = b.idle[1:]
+		b.mu.Unlock()
+
+		if msg == nil {
+			if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+				w.release()
+				return nil, nil, fmt.Errorf("creating the attempt directory: %w", err)
+			}
+			var err error
+			msg, err = json.Marshal(shimSpec{
+				Dir: s.Dir, Workdir: s.Workdir, ReportURL: s.ReportURL, Token: s.Token,
+				Env: trialEnv(s), Argv: s.Argv,
+			})
+			if err != nil {
+				w.release()
+				return nil, nil, fmt.Errorf("encoding the attempt for the shim: %w", err)
+			}
+		}
+		_, err := w.specW.Write(msg)
+		w.specW.Close()
+		if err != nil { // it died while idle (EPIPE): reap it, try the next
+			w.pidR.Close()
+			go w.cmd.Wait() //nolint:errcheck
+			continue
+		}
+		return w.cmd, w.pidR, nil
+	}
+}
