@@ -74,8 +74,8 @@ var (
 	_ backend.Adopter = (*Backend)(nil)
 )
 
-// attempt is the backend's record of one running or adopted attempt.
-// Fields after id are guarded by Backend.mu.
+// attempt is the backend's record of one running or adopted attempt. id and
+// dir are fixed; the other fields are guarded by Backend.mu.
 type attempt struct {
 	id  int64
 	dir string
@@ -198,6 +198,18 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	if s == nil || len(s.Argv) == 0 || !filepath.IsAbs(s.Dir) {
 		return errors.New("starting attempt: the spec needs an argv and an absolute Dir")
 	}
+	if s.Workdir == "" {
+		// The trial runs where this server runs, whichever shim it gets.
+		wd, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("starting attempt %d: no Workdir, and this process's: %w", s.AttemptID, err)
+		}
+		cp := *s
+		cp.Workdir = wd
+		s = &cp
+	} else if !filepath.IsAbs(s.Workdir) {
+		return fmt.Errorf("starting attempt %d: Workdir %q is not absolute", s.AttemptID, s.Workdir)
+	}
 	if _, err := os.Stat(filepath.Join(s.Dir, ExitFile)); err == nil {
 		return fmt.Errorf("starting attempt %d: %s exists, the attempt already ran: %w", s.AttemptID, filepath.Join(s.Dir, ExitFile), virga.ErrConflict)
 	}
@@ -254,10 +266,7 @@ func (b *Backend) launch(s *backend.StartSpec) (*exec.Cmd, *os.File, error) {
 	}
 	defer pidW.Close()
 
-	args := append(append([]string(nil), b.shim[1:]...), "--dir", s.Dir, "--pid-fd", "3")
-	if s.Workdir != "" {
-		args = append(args, "--workdir", s.Workdir)
-	}
+	args := append(append([]string(nil), b.shim[1:]...), "--dir", s.Dir, "--pid-fd", "3", "--workdir", s.Workdir)
 	if s.ReportURL != "" {
 		args = append(args, "--report-url", s.ReportURL, "--token-env", DefaultTokenEnv)
 	}

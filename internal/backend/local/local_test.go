@@ -207,6 +207,32 @@ func testOutputAndEnvironment(t *testing.T, cfg Config) {
 	}
 }
 
+func TestDefaultWorkdir(t *testing.T) {
+	t.Parallel()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range shimModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t, Config{WarmShims: mode.warm})
+			s := shSpec(t, 1, `echo "pwd=$(pwd)"`)
+			s.Workdir = ""
+			start(t, b, s)
+			expect(t, b, s.AttemptID, backend.Exited)
+			if out := readOutput(t, s.Dir); !strings.Contains(out, "pwd="+wd+"\n") {
+				t.Errorf("output.log = %q, want pwd=%s", out, wd)
+			}
+			s = shSpec(t, 2, `true`)
+			s.Workdir = "relative"
+			if err := b.Start(context.Background(), s); err == nil {
+				t.Error("Start with a relative Workdir succeeded")
+			}
+		})
+	}
+}
+
 func TestBadCommand(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t, Config{})
