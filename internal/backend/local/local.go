@@ -184,8 +184,9 @@ func (b *Backend) Free() virga.Resources {
 	return b.capacity.Sub(b.reserved)
 }
 
-// Start reserves the attempt's resources and launches its shim; it returns as
-// soon as the shim process exists. Started follows when the shim reports the
+// Start reserves the attempt's resources and hands the attempt to a warm
+// shim, or launches one; it returns without waiting for the trial. An empty
+// s.Workdir means this process's working directory. Started follows when the shim reports the
 // trial's pid; Exited follows when the shim ends. Start returns an error
 // wrapping ErrNoCapacity if the resources do not fit, and one wrapping
 // virga.ErrConflict if the attempt is running here or its directory records
