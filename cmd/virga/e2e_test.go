@@ -1,0 +1,578 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/control"
+)
+
+// Binaries built once for the end-to-end tests.
+var (
+	virgaBin string
+	trialBin string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "virga-e2e-bin")
+	if err != nil {
+		panic(err)
+	}
+	virgaBin = filepath.Join(dir, "virga")
+	trialBin = filepath.Join(dir, "steptrial")
+	for _, b := range [][2]string{{virgaBin, "."}, {trialBin, "./testdata/steptrial"}} {
+		cmd := exec.Command("go", "build", "-o", b[0], b[1])
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", b[1], err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// stepExperiment writes an experiment of steptrial trials.
+func stepExperiment(t *testing.T, dir, name string, trials, concurrent, steps, sleepMs int, extra string) string {
+	t.Helper()
+	y := fmt.Sprintf(`name: %s
+entrypoint:
+  command: [%s]
+  env: {STEPTRIAL_LEDGER: %q}
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+  steps: %d
+  sleep_ms: %d
+%s
+searcher: random
+objective: {metric: loss, direction: minimize}
+max_trials: %d
+max_concurrent: %d
+max_restarts: 5
+stop_grace: 5s
+seed: 11
+`, name, trialBin, dir, steps, sleepMs, extra, trials, concurrent)
+	p := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runCLI(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(virgaBin, args...)
+	cmd.Dir = dir
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return o.String(), e.String(), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), 0
+}
+
+func TestRunEmbeddedEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	exp := stepExperiment(t, dir, "embedded", 4, 2, 4, 10, "")
+	out, errOut, code := runCLI(t, dir, "run", exp)
+	if code != 0 {
+		t.Fatalf("virga run: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"experiment 1 embedded COMPLETED", "4 completed", "best trial"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".virga", "virga.db")); err != nil {
+		t.Errorf("no embedded database: %v", err)
+	}
+	// After the run, the read commands find everything from the store alone.
+	out, _, code = runCLI(t, dir, "trials", "1", "--json")
+	if code != 0 {
+		t.Fatalf("trials exit %d", code)
+	}
+	var trials []virga.Trial
+	if err := json.Unmarshal([]byte(out), &trials); err != nil {
+		t.Fatalf("trials --json: %v\n%s", err, out)
+	}
+	if len(trials) != 4 {
+		t.Fatalf("got %d trials, want 4", len(trials))
+	}
+	for _, tr := range trials {
+		if tr.State != virga.TrialCompleted || tr.Step != 3 || tr.Best == nil || tr.Checkpoint == "" {
+			t.Errorf("trial %d: state %s step %d best %v checkpoint %q; want COMPLETED at step 3 with a best and a checkpoint",
+				tr.ID, tr.State, tr.Step, tr.Best, tr.Checkpoint)
+		}
+	}
+	out, _, code = runCLI(t, dir, "best", "1")
+	if code != 0 || !strings.Contains(out, "best trial") || !strings.Contains(out, "loss") {
+		t.Errorf("best: exit %d\n%s", code, out)
+	}
+	out, _, code = runCLI(t, dir, "logs", strconv.FormatInt(trials[0].ID, 10))
+	if code != 0 || !strings.Contains(out, "") {
+		t.Errorf("logs: exit %d\n%s", code, out)
+	}
+	out, _, code = runCLI(t, dir, "ls")
+	if code != 0 || !strings.Contains(out, "embedded") || !strings.Contains(out, "COMPLETED") {
+		t.Errorf("ls: exit %d\n%s", code, out)
+	}
+	out, _, code = runCLI(t, dir, "show", "1")
+	if code != 0 || !strings.Contains(out, "experiment.completed") {
+		t.Errorf("show: exit %d\n%s", code, out)
+	}
+	// Writes without a server say how to get one.
+	_, errOut, code = runCLI(t, dir, "stop", "1")
+	if code == 0 || !strings.Contains(errOut, "virga server") {
+		t.Errorf("stop without a server: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestBadFilesExitTwo runs every bad experiment file of the spec corpus: each
+// gets its precise message, exit code 2, and nothing is written.
+func TestBadFilesExitTwo(t *testing.T) {
+	files, _ := filepath.Glob("../../internal/spec/testdata/bad/*.yaml")
+	if len(files) < 25 {
+		t.Fatalf("only %d bad files in the corpus, want at least 25", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			dir := t.TempDir()
+			abs, _ := filepath.Abs(f)
+			want, err := os.ReadFile(strings.TrimSuffix(abs, ".yaml") + ".want")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The CLI names the file as given; give it by base name from its directory.
+			cmd := exec.Command(virgaBin, "run", filepath.Base(abs), "--data-dir", dir+"/state")
+			cmd.Dir = filepath.Dir(abs)
+			var o, e bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &o, &e
+			err = cmd.Run()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 2 {
+				t.Fatalf("exit: %v, want code 2; stderr:\n%s", err, e.String())
+			}
+			if !strings.Contains(e.String(), strings.TrimSpace(string(want))) {
+				t.Errorf("stderr:\n%s\nwant it to contain:\n%s", e.String(), want)
+			}
+			if _, err := os.Stat(dir + "/state"); !os.IsNotExist(err) {
+				t.Errorf("the data directory was created for a bad file")
+			}
+		})
+	}
+}
+
+// server is a `virga server` child process.
+type serverProc struct {
+	cmd  *exec.Cmd
+	url  string
+	logs *bytes.Buffer
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startServer(t *testing.T, dataDir string, port int, db string) *serverProc {
+	t.Helper()
+	args := []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:" + strconv.Itoa(port)}
+	if db != "" {
+		args = append(args, "--db", db)
+	}
+	s := &serverProc{cmd: exec.Command(virgaBin, args...), url: "http://127.0.0.1:" + strconv.Itoa(port), logs: &bytes.Buffer{}}
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.url + "/api/v1/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = s.cmd.Process.Kill()
+	t.Fatalf("server did not come up:\n%s", s.logs)
+	return nil
+}
+
+func (s *serverProc) kill9() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	_ = s.cmd.Wait()
+}
+
+func (s *serverProc) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.kill9()
+	}
+}
+
+// ledger is what steptrial processes wrote about one trial.
+type ledger struct {
+	starts []ledgerStart
+	steps  map[int][]int // step -> pids that computed it
+	acks   map[int]bool
+}
+
+type ledgerStart struct{ pid, from int }
+
+var ledgerLine = regexp.MustCompile(`^(start|step|ack) (?:pid=(\d+) from=(\d+)|(\d+) pid=(\d+))`)
+
+func readLedger(t *testing.T, dir string, trialID int64) ledger {
+	t.Helper()
+	l := ledger{steps: map[int][]int{}, acks: map[int]bool{}}
+	f, err := os.Open(filepath.Join(dir, fmt.Sprintf("trial-%d.log", trialID)))
+	if err != nil {
+		t.Fatalf("ledger of trial %d: %v", trialID, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := ledgerLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		switch m[1] {
+		case "start":
+			pid, _ := strconv.Atoi(m[2])
+			from, _ := strconv.Atoi(m[3])
+			l.starts = append(l.starts, ledgerStart{pid, from})
+		case "step":
+			s, _ := strconv.Atoi(m[4])
+			pid, _ := strconv.Atoi(m[5])
+			l.steps[s] = append(l.steps[s], pid)
+		case "ack":
+			s, _ := strconv.Atoi(m[4])
+			l.acks[s] = true
+		}
+	}
+	return l
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", d, what)
+}
+
+func waitDone(t *testing.T, c *client.Client, id int64, d time.Duration) *client.Client {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("experiment %d to end", id), d, func() bool {
+		v, err := c.Experiment(context.Background(), id)
+		return err == nil && v.State.Terminal()
+	})
+	return c
+}
+
+// TestTrialKill9 kills a trial process: it restarts from its latest
+// checkpoint and repeats only the steps after it.
+func TestTrialKill9(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	s := startServer(t, filepath.Join(dir, "state"), port, "")
+	defer s.stop()
+	c := client.New(s.url, "")
+	exp := stepExperiment(t, dir, "kill-trial", 1, 1, 30, 40, "")
+	data, _ := os.ReadFile(exp)
+	e, err := c.Submit(context.Background(), "kill-trial.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trialID int64
+	waitFor(t, "the trial to report step 10", 30*time.Second, func() bool {
+		ts, err := c.Trials(context.Background(), e.ID)
+		if err != nil || len(ts) == 0 {
+			return false
+		}
+		trialID = ts[0].ID
+		return ts[0].Step >= 10
+	})
+	l := readLedger(t, dir, trialID)
+	victim := l.starts[0].pid
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, e.ID, 60*time.Second)
+	v, _ := c.Experiment(context.Background(), e.ID)
+	if v.State != virga.ExperimentCompleted {
+		t.Fatalf("experiment %s: %s", v.State, v.Message)
+	}
+	tr, err := c.Trial(context.Background(), trialID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Restarts != 1 || len(tr.AttemptList) != 2 {
+		t.Fatalf("restarts %d attempts %d, want 1 and 2", tr.Restarts, len(tr.AttemptList))
+	}
+	if a := tr.AttemptList[0]; a.Signal != "killed" || a.Outcome != virga.OutcomeFailed {
+		t.Errorf("first attempt: signal %q outcome %s, want killed and FAILED", a.Signal, a.Outcome)
+	}
+	l = readLedger(t, dir, trialID)
+	if len(l.starts) != 2 {
+		t.Fatalf("ledger starts %v, want 2", l.starts)
+	}
+	// The second process started right after the last checkpoint the server kept...
+	restored := tr.AttemptList[1].Restored
+	cks, _ := c.Checkpoints(context.Background(), trialID)
+	var restoredStep int64 = -1
+	for _, ck := range cks {
+		if ck.ID == restored {
+			restoredStep = ck.Step
+		}
+	}
+	ms, _ := c.Metrics(context.Background(), trialID)
+	lastAckBefore := -1
+	for s := range l.acks {
+		for _, pid := range l.steps[s] {
+			if pid == victim && s > lastAckBefore {
+				lastAckBefore = s
+			}
+		}
+	}
+	from := l.starts[1].from
+	if from != lastAckBefore+1 && from != lastAckBefore+2 {
+		t.Errorf("resumed from step %d; the killed process's last acknowledged step was %d", from, lastAckBefore)
+	}
+	if restoredStep >= 0 && int64(from) != restoredStep+1 {
+		t.Errorf("resumed from step %d, but the restored checkpoint is of step %d", from, restoredStep)
+	}
+	// ...so the only repeated step is the one in progress when it was killed.
+	repeated := 0
+	for _, pids := range l.steps {
+		if len(pids) > 1 {
+			repeated++
+		}
+	}
+	if repeated > 1 {
+		t.Errorf("%d steps were computed twice, want at most 1", repeated)
+	}
+	if len(ms) != 30 {
+		t.Errorf("%d metrics stored, want 30 (steps 0..29)", len(ms))
+	}
+}
+
+// TestServerKill9SQLite and TestServerKill9Postgres kill the server with
+// SIGKILL at random moments of a 20-trial experiment and restart it.
+func TestServerKill9SQLite(t *testing.T) { serverKillTest(t, "") }
+
+func TestServerKill9Postgres(t *testing.T) {
+	base := os.Getenv("VIRGA_TEST_POSTGRES")
+	if base == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("VIRGA_TEST_POSTGRES is not set; CI must run the PostgreSQL tests (scripts/test.sh sets it)")
+		}
+		t.Skip("VIRGA_TEST_POSTGRES is not set; run scripts/postgres.sh start and export its URL to run this test")
+	}
+	schema := fmt.Sprintf("virga_e2e_%d", time.Now().UnixNano())
+	conn, err := pgx.Connect(context.Background(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		conn.Close(context.Background())
+	})
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	serverKillTest(t, base+sep+"search_path="+schema)
+}
+
+func serverKillTest(t *testing.T, db string) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	port := freePort(t)
+	s := startServer(t, state, port, db)
+	c := client.New(s.url, "")
+	exp := stepExperiment(t, dir, "kill-server", 20, 4, 8, 60, "")
+	data, _ := os.ReadFile(exp)
+	e, err := c.Submit(context.Background(), "kill-server.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	kills := 0
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Duration(150+rng.IntN(900)) * time.Millisecond)
+		v, err := c.Experiment(context.Background(), e.ID)
+		if err == nil && v.State.Terminal() {
+			break
+		}
+		s.kill9()
+		kills++
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		s = startServer(t, state, port, db)
+	}
+	defer s.stop()
+	waitDone(t, c, e.ID, time.Minute)
+	t.Logf("killed the server %d times", kills)
+	if kills < 2 {
+		t.Errorf("only %d kills happened; the test proves little", kills)
+	}
+	v, err := c.Experiment(context.Background(), e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.State != virga.ExperimentCompleted || v.Counts[virga.TrialCompleted] != 20 {
+		t.Fatalf("experiment %s with %v, want COMPLETED with 20 completed trials (%s)\nserver log:\n%s", v.State, v.Counts, v.Message, s.logs)
+	}
+	trials, _ := c.Trials(context.Background(), e.ID)
+	if len(trials) != 20 {
+		t.Fatalf("%d trials, want 20", len(trials))
+	}
+	for _, tr := range trials {
+		l := readLedger(t, dir, tr.ID)
+		ms, err := c.Metrics(context.Background(), tr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[int64]bool{}
+		for _, m := range ms {
+			have[m.Step] = true
+		}
+		for step := range l.acks {
+			if !have[int64(step)] {
+				t.Errorf("trial %d: acknowledged step %d is not in the store", tr.ID, step)
+			}
+		}
+		if len(ms) != 8 {
+			t.Errorf("trial %d: %d metrics, want 8", tr.ID, len(ms))
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "violations")); err == nil {
+		t.Errorf("two processes of one trial lived at once:\n%s", b)
+	}
+}
+
+// TestPauseResume pauses an experiment mid-run and resumes it: paused trials
+// continue from their checkpoints.
+func TestPauseResume(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, filepath.Join(dir, "state"), freePort(t), "")
+	defer s.stop()
+	c := client.New(s.url, "")
+	exp := stepExperiment(t, dir, "pause", 2, 2, 20, 40, "")
+	data, _ := os.ReadFile(exp)
+	e, err := c.Submit(context.Background(), "pause.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both trials past step 5", 30*time.Second, func() bool {
+		ts, _ := c.Trials(context.Background(), e.ID)
+		return len(ts) == 2 && ts[0].Step >= 5 && ts[1].Step >= 5
+	})
+	if _, err := c.Control(context.Background(), e.ID, control.OpPause); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both trials paused", 20*time.Second, func() bool {
+		ts, _ := c.Trials(context.Background(), e.ID)
+		return len(ts) == 2 && ts[0].State == virga.TrialPaused && ts[1].State == virga.TrialPaused
+	})
+	if _, err := c.Control(context.Background(), e.ID, control.OpPause); err == nil {
+		t.Error("pausing a paused experiment succeeded; want a conflict")
+	}
+	if _, err := c.Control(context.Background(), e.ID, control.OpResume); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, e.ID, 60*time.Second)
+	ts, _ := c.Trials(context.Background(), e.ID)
+	for _, tr := range ts {
+		if tr.State != virga.TrialCompleted || tr.Step != 19 {
+			t.Errorf("trial %d: %s at step %d, want COMPLETED at 19", tr.ID, tr.State, tr.Step)
+		}
+		l := readLedger(t, dir, tr.ID)
+		if len(l.starts) != 2 || l.starts[1].from == 0 {
+			t.Errorf("trial %d: starts %v; want a second start from its checkpoint", tr.ID, l.starts)
+		}
+		if tr.Restarts != 0 {
+			t.Errorf("trial %d: a pause counted as %d restarts", tr.ID, tr.Restarts)
+		}
+	}
+}
+
+// TestStdoutMetricsAndFailures reports through VIRGA_METRIC lines, and has a
+// trial exit 3 once: it is restarted and completes.
+func TestStdoutMetricsAndFailures(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, filepath.Join(dir, "state"), freePort(t), "")
+	defer s.stop()
+	c := client.New(s.url, "")
+	exp := stepExperiment(t, dir, "stdout", 2, 2, 5, 10, "  report: stdout\n")
+	data, _ := os.ReadFile(exp)
+	e, err := c.Submit(context.Background(), "stdout.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, e.ID, 60*time.Second)
+	ts, _ := c.Trials(context.Background(), e.ID)
+	for _, tr := range ts {
+		ms, _ := c.Metrics(context.Background(), tr.ID)
+		if len(ms) != 5 || tr.State != virga.TrialCompleted {
+			t.Errorf("trial %d: %s with %d metrics, want COMPLETED with 5", tr.ID, tr.State, len(ms))
+		}
+	}
+	exp = stepExperiment(t, dir, "fail", 1, 1, 6, 10, "  fail_at: 2\n")
+	data, _ = os.ReadFile(exp)
+	e, err = c.Submit(context.Background(), "fail.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, e.ID, 60*time.Second)
+	ts, _ = c.Trials(context.Background(), e.ID)
+	if len(ts) != 1 || ts[0].State != virga.TrialCompleted || ts[0].Restarts != 1 {
+		t.Fatalf("trial: %+v; want COMPLETED after 1 restart", ts[0])
+	}
+	l := readLedger(t, dir, ts[0].ID)
+	if len(l.starts) != 2 || l.starts[1].from != 3 {
+		t.Errorf("starts %v; want the second from step 3", l.starts)
+	}
+}

@@ -1,0 +1,189 @@
+// Command virga runs experiments: a training job or a hyperparameter search
+// described in one YAML file, on this machine by default. Each subcommand has
+// its own file; all of them but run and server only call the HTTP API.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/backend/local"
+	"github.com/virga-ml/virga/internal/server"
+	"github.com/virga-ml/virga/internal/spec"
+	"github.com/virga-ml/virga/internal/store/storeopen"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // something went wrong, or the experiment failed
+	exitUsage   = 2 // bad flags or a bad experiment file
+)
+
+// usageError marks an error that exits with code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// globals are the flags every command shares.
+type globals struct {
+	server  string
+	token   string
+	dataDir string
+	json    bool
+	stdout  io.Writer
+	stderr  io.Writer
+	stdin   io.Reader
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		os.Exit(local.ShimMain(os.Args[2:]))
+	}
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes the CLI and returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr, stdin: stdin}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetIn(stdin)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "virga:", err)
+	var ue usageError
+	var se *spec.Error
+	if errors.As(err, &ue) || errors.As(err, &se) {
+		return exitUsage
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
+		strings.Contains(err.Error(), "accepts ") || strings.Contains(err.Error(), "requires at least") {
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// exitError ends the command with a code, its message already printed.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return "exit " + strconv.Itoa(e.code) }
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "virga",
+		Short:         "Virga runs experiments: training jobs and hyperparameter searches, crash-safe, on cheap capacity",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.server, "server", os.Getenv("VIRGA_SERVER"), "URL of a running Virga server (env VIRGA_SERVER); default: the server of --data-dir, or an embedded one")
+	pf.StringVar(&g.token, "token", os.Getenv("VIRGA_API_TOKEN"), "API token (env VIRGA_API_TOKEN); default: the data directory's admin-token file")
+	pf.StringVar(&g.dataDir, "data-dir", envOr("VIRGA_DATA_DIR", ".virga"), "data directory of the embedded server (env VIRGA_DATA_DIR)")
+	pf.BoolVar(&g.json, "json", false, "print JSON for scripts")
+	root.AddCommand(
+		newRunCmd(g), newServerCmd(g), newValidateCmd(g), newLsCmd(g), newShowCmd(g), newTrialsCmd(g),
+		newLogsCmd(g), newControlCmd(g, "stop"), newControlCmd(g, "pause"), newControlCmd(g, "resume"), newBestCmd(g),
+	)
+	return root
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// client returns a client of the configured server: --server, else the server
+// that owns --data-dir, else a read-only view of the data directory's store
+// (writes then fail with a message saying to start a server).
+func (g *globals) client(ctx context.Context) (*client.Client, func(), error) {
+	if g.server != "" {
+		return client.New(g.server, g.token), func() {}, nil
+	}
+	if info, ok := server.Running(g.dataDir); ok {
+		return client.New(info.URL, g.tokenFor(g.dataDir)), func() {}, nil
+	}
+	db := filepath.Join(g.dataDir, "virga.db")
+	if _, err := os.Stat(db); err != nil {
+		return nil, nil, fmt.Errorf("no Virga server is running and %s has no state: run an experiment with `virga run FILE`, start `virga server`, or pass --server URL", g.dataDir)
+	}
+	st, err := storeopen.Open(ctx, db)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := api.New(api.Config{Store: st, Version: version})
+	// Serve in-process without a socket: the client's transport calls the handler.
+	c := client.NewWithHTTP("http://virga.local", "", &http.Client{Transport: handlerTransport{h}})
+	return c, func() { _ = st.Close() }, nil
+}
+
+func (g *globals) tokenFor(dataDir string) string {
+	if g.token != "" {
+		return g.token
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, "admin-token"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// handlerTransport serves requests with an in-process handler.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
+}
+
+func (g *globals) printJSON(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func parseID(kind, s string) (int64, error) {
+	id, err := strconv.ParseInt(strings.TrimPrefix(s, "#"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usageError{fmt.Errorf("%s: want a positive integer ID, got %q", kind, s)}
+	}
+	return id, nil
+}
+
+func newLogger(w io.Writer, quiet bool) *slog.Logger {
+	level := slog.LevelInfo
+	if quiet {
+		level = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/server"
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+func newRunCmd(g *globals) *cobra.Command {
+	var detach bool
+	cmd := &cobra.Command{
+		Use:   "run FILE",
+		Short: "Run an experiment and follow it with a live table",
+		Long: `Run submits an experiment file and follows it until it ends.
+
+With no server configured (--server, VIRGA_SERVER, or a server already running
+on --data-dir), run starts an embedded server in this process: state in
+--data-dir (./.virga), trials on this machine. Ctrl-C asks whether to stop the
+experiment or leave it running; when not on a terminal it leaves it running
+(its trials go on and the next 'virga server' or 'virga run' adopts them).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runExperiment(cmd.Context(), g, args[0], detach)
+		},
+	}
+	cmd.Flags().BoolVar(&detach, "detach", false, "submit and return at once")
+	return cmd
+}
+
+func runExperiment(ctx context.Context, g *globals, file string, detach bool) error {
+	// Validate here first: a bad file is reported with its positions and nothing is written.
+	_, data, err := spec.Load(file)
+	if err != nil {
+		return err
+	}
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	var c *client.Client
+	var embedded *server.Server
+	switch {
+	case g.server != "":
+		c = client.New(g.server, g.token)
+	default:
+		if info, ok := server.Running(g.dataDir); ok {
+			c = client.New(info.URL, g.tokenFor(g.dataDir))
+			break
+		}
+		if detach {
+			return usageError{errors.New("--detach needs a server that outlives this command: start `virga server` (or pass --server URL)")}
+		}
+		embedded, err = server.Start(context.Background(), server.Config{DataDir: g.dataDir, Version: version,
+			Logger: newLogger(g.stderr, true)})
+		if err != nil {
+			return fmt.Errorf("starting the embedded server: %w", err)
+		}
+		defer embedded.Close()
+		c = client.New(embedded.URL, embedded.Token)
+	}
+	exp, err := c.Submit(ctx, filepath.Base(file), data)
+	if err != nil {
+		return err
+	}
+	if g.json && detach {
+		return g.printJSON(exp)
+	}
+	if !g.json {
+		where := c.Base()
+		if embedded != nil {
+			where = "embedded server, state in " + g.dataDir
+		}
+		fmt.Fprintf(g.stdout, "experiment %d (%s) submitted to %s\n", exp.ID, exp.Name, where)
+	}
+	if detach {
+		fmt.Fprintf(g.stdout, "follow it with: virga show %d; virga trials %d\n", exp.ID, exp.ID)
+		return nil
+	}
+	final, err := follow(ctx, g, c, exp.ID)
+	if errors.Is(err, context.Canceled) {
+		return interrupted(g, c, exp.ID, embedded != nil)
+	}
+	if err != nil {
+		return err
+	}
+	if final != nil && final.State == virga.ExperimentFailed {
+		return exitError{exitFailure}
+	}
+	return nil
+}
+
+// interrupted handles Ctrl-C: ask (on a terminal) whether to stop the experiment.
+func interrupted(g *globals, c *client.Client, id int64, embedded bool) error {
+	stop := false
+	if f, ok := g.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprintf(g.stderr, "\nStop experiment %d [s], or leave it running [l]? ", id)
+		line, _ := bufio.NewReader(f).ReadString('\n')
+		stop = strings.HasPrefix(strings.ToLower(strings.TrimSpace(line)), "s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if stop {
+		if _, err := c.Control(ctx, id, control.OpStop); err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "experiment %d is stopping (its trials get SIGTERM and their checkpoints are kept)\n", id)
+		if embedded {
+			// Wait for the trials to exit so nothing outlives the embedded server.
+			for ctx.Err() == nil {
+				v, err := c.Experiment(ctx, id)
+				if err != nil || v.State.Terminal() {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		return exitError{130}
+	}
+	if embedded {
+		fmt.Fprintf(g.stderr, "\nleaving experiment %d running: its trials go on; `virga server` or `virga run` on %s adopts them\n", id, g.dataDir)
+	} else {
+		fmt.Fprintf(g.stderr, "\nexperiment %d goes on in the server; follow it with `virga show %d`\n", id, id)
+	}
+	return exitError{130}
+}
+
+// progress is the live table's state.
+type progress struct {
+	mu     sync.Mutex
+	exp    api.ExperimentView
+	trials map[int64]*virga.Trial
+	start  time.Time
+	lines  int // lines drawn last time (terminal mode)
+	tty    bool
+	seen   map[int64]virga.TrialState
+	best   *float64
+}
+
+// follow watches an experiment until it ends, drawing the table.
+func follow(ctx context.Context, g *globals, c *client.Client, id int64) (*virga.Experiment, error) {
+	p := &progress{trials: map[int64]*virga.Trial{}, start: time.Now(), seen: map[int64]virga.TrialState{}}
+	if f, ok := g.stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !g.json {
+		p.tty = true
+	}
+	var final *virga.Experiment
+	lastDraw := time.Time{}
+	err := c.Watch(ctx, id, func(ev client.WatchEvent) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		switch ev.Kind {
+		case "snapshot":
+			var s api.WatchSnapshot
+			if err := json.Unmarshal(ev.Data, &s); err != nil {
+				return err
+			}
+			p.exp = s.Experiment
+			for _, t := range s.Trials {
+				p.trials[t.ID] = t
+			}
+		case "update":
+			var u control.Update
+			if err := json.Unmarshal(ev.Data, &u); err != nil {
+				return err
+			}
+			if u.Experiment != nil {
+				p.exp.Experiment = u.Experiment
+			}
+			for _, t := range u.Trials {
+				p.trials[t.ID] = t
+			}
+		case "end":
+			var e virga.Experiment
+			if err := json.Unmarshal(ev.Data, &e); err != nil {
+				return err
+			}
+			final = &e
+			p.exp.Experiment = &e
+		}
+		if g.json {
+			_, err := fmt.Fprintf(g.stdout, "{\"event\":%q,\"data\":%s}\n", ev.Kind, ev.Data)
+			return err
+		}
+		if p.tty {
+			if ev.Kind == "end" || time.Since(lastDraw) > 150*time.Millisecond {
+				p.draw(g.stdout)
+				lastDraw = time.Now()
+			}
+		} else {
+			p.printChanges(g.stdout)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !g.json {
+		p.summary(ctx, g.stdout, c, id)
+	}
+	return final, nil
+}
+
+func (p *progress) sorted() []*virga.Trial {
+	ts := make([]*virga.Trial, 0, len(p.trials))
+	for _, t := range p.trials {
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Seq < ts[j].Seq })
+	return ts
+}
+
+// draw redraws the table in place on a terminal.
+func (p *progress) draw(w io.Writer) {
+	var b strings.Builder
+	ts := p.sorted()
+	const maxRows = 30
+	shown := ts
+	if len(shown) > maxRows { // keep live ones and the most recent
+		shown = shown[len(shown)-maxRows:]
+	}
+	rows := make([][]string, 0, len(shown))
+	for _, t := range shown {
+		rows = append(rows, trialRow(t, 48))
+	}
+	table(&b, trialHeader, rows)
+	counts := map[virga.TrialState]int{}
+	for _, t := range ts {
+		counts[t.State]++
+	}
+	best := api.BestTrial(ts, p.exp.Objective)
+	line := fmt.Sprintf("%s  %s  elapsed %s  %s", p.exp.Name, p.exp.State, fmtDuration(time.Since(p.start)), countsLine(counts))
+	if best != nil {
+		line += fmt.Sprintf("  best: trial %d %s=%s", best.ID, p.exp.Objective.Metric, fmtFloat(best.Best))
+	}
+	b.WriteString(line + "\n")
+	out := b.String()
+	if p.lines > 0 {
+		fmt.Fprintf(w, "\x1b[%dA\x1b[J", p.lines)
+	}
+	fmt.Fprint(w, out)
+	p.lines = strings.Count(out, "\n")
+}
+
+// printChanges prints one line per trial state change or new best (pipes, logs).
+func (p *progress) printChanges(w io.Writer) {
+	for _, t := range p.sorted() {
+		if p.seen[t.ID] != t.State {
+			p.seen[t.ID] = t.State
+			extra := ""
+			if t.Message != "" {
+				extra = " (" + t.Message + ")"
+			}
+			fmt.Fprintf(w, "%s trial %d %s %s step=%d best=%s%s\n", time.Now().Format("15:04:05"), t.ID, t.State,
+				fmtHParams(t.HParams, 0), t.Step, fmtFloat(t.Best), extra)
+		}
+		if t.Best != nil && (p.best == nil || p.exp.Objective.Better(*t.Best, *p.best)) {
+			v := *t.Best
+			p.best = &v
+			fmt.Fprintf(w, "%s new best: trial %d %s=%s at step %d\n", time.Now().Format("15:04:05"), t.ID,
+				p.exp.Objective.Metric, fmtFloat(t.Best), t.BestStep)
+		}
+	}
+}
+
+// summary prints the end of a run: the final table, the best trial, totals.
+func (p *progress) summary(ctx context.Context, w io.Writer, c *client.Client, id int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	v, err := c.Experiment(ctx, id)
+	if err != nil {
+		return
+	}
+	if !p.tty {
+		trials, err := c.Trials(ctx, id)
+		if err == nil {
+			rows := make([][]string, 0, len(trials))
+			for _, t := range trials {
+				rows = append(rows, trialRow(t, 60))
+			}
+			fmt.Fprintln(w)
+			table(w, trialHeader, rows)
+		}
+	}
+	dur := v.UpdatedAt.Sub(v.CreatedAt)
+	if !v.EndedAt.IsZero() {
+		dur = v.EndedAt.Sub(v.CreatedAt)
+	}
+	fmt.Fprintf(w, "\nexperiment %d %s %s in %s: %s\n", v.ID, v.Name, v.State, fmtDuration(dur), countsLine(v.Counts))
+	if v.Message != "" {
+		fmt.Fprintf(w, "  %s\n", v.Message)
+	}
+	if v.Best != nil {
+		fmt.Fprintf(w, "best trial %d: %s=%s at step %d with %s\n", v.Best.ID, v.Objective.Metric, fmtFloat(v.Best.Best),
+			v.Best.BestStep, fmtHParams(v.Best.HParams, 0))
+		if v.Best.Checkpoint != "" {
+			fmt.Fprintf(w, "  latest checkpoint %s\n", v.Best.Checkpoint)
+		}
+	} else {
+		fmt.Fprintf(w, "no trial reported %q\n", v.Objective.Metric)
+	}
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/server"
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+func newServerCmd(g *globals) *cobra.Command {
+	var listen, db, memory string
+	var cpu float64
+	var gpu int
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a Virga server: the API, the control loop and the local backend",
+		Long: `Server runs until SIGINT or SIGTERM. On start it recovers every unfinished
+experiment of its store: trials whose processes still run are adopted, the
+others restart from their latest checkpoint. On stop, running trials go on and
+the next server adopts them.
+
+Token auth is required when listening on a non-loopback address; the admin
+token is created on first start in DATA-DIR/admin-token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			capacity := virga.Resources{CPU: cpu, GPU: gpu}
+			if memory != "" {
+				mb, err := spec.ParseMemory(memory)
+				if err != nil {
+					return usageError{fmt.Errorf("--memory: %w", err)}
+				}
+				capacity.MemoryMB = mb
+			}
+			if capacity != (virga.Resources{}) && (capacity.CPU <= 0 || capacity.MemoryMB <= 0) {
+				return usageError{fmt.Errorf("--cpu and --memory must both be set (> 0) to declare a capacity")}
+			}
+			log := newLogger(g.stderr, false)
+			s, err := server.Start(cmd.Context(), server.Config{Listen: listen, DataDir: g.dataDir, DB: db,
+				Capacity: capacity, Version: version, Logger: log})
+			if err != nil {
+				return err
+			}
+			log.Info("virga server ready", "url", s.URL, "data_dir", g.dataDir, "admin_token_file", s.TokenFile)
+			if g.json {
+				_ = g.printJSON(map[string]string{"url": s.URL, "token_file": s.TokenFile})
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			select {
+			case <-ctx.Done():
+				log.Info("shutting down; running trials go on and will be adopted by the next server")
+			case <-s.Done():
+			}
+			return s.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", envOr("VIRGA_LISTEN", ""), "address to listen on (default: 127.0.0.1 on the port this data directory used last, or a free one)")
+	f.StringVar(&db, "db", os.Getenv("VIRGA_DB"), "store URL: postgres://... for PostgreSQL; default SQLite in the data directory")
+	f.Float64Var(&cpu, "cpu", 0, "CPU cores trials may use (default: this machine's)")
+	f.StringVar(&memory, "memory", "", "memory trials may use, e.g. 16GiB (default: this machine's)")
+	f.IntVar(&gpu, "gpu", 0, "GPUs trials may use")
+	return cmd
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+func newShowCmd(g *globals) *cobra.Command {
+	var events bool
+	cmd := &cobra.Command{
+		Use:   "show EXPERIMENT",
+		Short: "Show one experiment: state, progress, best trial, recent events",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID("experiment", args[0])
+			if err != nil {
+				return err
+			}
+			c, done, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			v, err := c.Experiment(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			evs, err := c.Events(cmd.Context(), id, 0)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(map[string]any{"experiment": v, "events": evs})
+			}
+			w := g.stdout
+			fmt.Fprintf(w, "experiment %d: %s\n", v.ID, v.Name)
+			fmt.Fprintf(w, "  state:      %s", v.State)
+			if v.Message != "" {
+				fmt.Fprintf(w, " (%s)", v.Message)
+			}
+			fmt.Fprintln(w)
+			fmt.Fprintf(w, "  file:       %s\n", v.SpecFile)
+			fmt.Fprintf(w, "  objective:  %s %s\n", v.Objective.Direction, v.Objective.Metric)
+			fmt.Fprintf(w, "  trials:     %s (max %d)\n", countsLine(v.Counts), v.MaxTrials)
+			fmt.Fprintf(w, "  created:    %s\n", fmtTime(v.CreatedAt))
+			if !v.EndedAt.IsZero() {
+				fmt.Fprintf(w, "  ended:      %s (%s)\n", fmtTime(v.EndedAt), fmtDuration(v.EndedAt.Sub(v.CreatedAt)))
+			}
+			if v.Best != nil {
+				fmt.Fprintf(w, "  best:       trial %d, %s=%s at step %d, %s\n", v.Best.ID, v.Objective.Metric,
+					fmtFloat(v.Best.Best), v.Best.BestStep, fmtHParams(v.Best.HParams, 0))
+			}
+			start := 0
+			if !events && len(evs) > 15 {
+				start = len(evs) - 15
+				fmt.Fprintf(w, "\nlast %d of %d events (--events for all):\n", 15, len(evs))
+			} else {
+				fmt.Fprintf(w, "\nevents:\n")
+			}
+			for _, e := range evs[start:] {
+				who := ""
+				if e.TrialID != 0 {
+					who = fmt.Sprintf("trial %d ", e.TrialID)
+				}
+				fmt.Fprintf(w, "  %s  %s%s %s\n", e.Time.Local().Format("15:04:05.000"), who, e.Kind, e.Message)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&events, "events", false, "print every event")
+	return cmd
+}

@@ -1,0 +1,552 @@
+// Package api serves Virga's HTTP API: REST/JSON for everything the CLI does,
+// server-sent events for live progress and log following, and the OpenAPI
+// document at /api/openapi.json. Reads go to the store; every change goes
+// through the control loop. It never mutates state itself.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/search"
+	"github.com/virga-ml/virga/internal/spec"
+	"github.com/virga-ml/virga/internal/store"
+)
+
+// Config wires the API server.
+type Config struct {
+	// Control takes every change; nil serves a read-only view of Store.
+	Control *control.Controller
+	Store   store.Store
+	// RequireAuth demands a token on every request (set when listening off loopback).
+	RequireAuth bool
+	Logger      *slog.Logger
+	// Version is reported by /api/v1/health.
+	Version string
+	// PollInterval is how often followed logs are checked for growth (default 200ms).
+	PollInterval time.Duration
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg    Config
+	ctl    *control.Controller
+	st     store.Store
+	log    *slog.Logger
+	mux    *http.ServeMux
+	tokens sync.Map // hex hash -> true, for admin tokens already checked
+}
+
+// New makes the API server.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 200 * time.Millisecond
+	}
+	s := &Server{cfg: cfg, ctl: cfg.Control, st: cfg.Store, log: cfg.Logger, mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler { return s }
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /api/openapi.json", s.openAPI)
+	m.HandleFunc("GET /api/v1/health", s.health)
+	m.HandleFunc("POST /api/v1/experiments", s.submit)
+	m.HandleFunc("POST /api/v1/validate", s.validate)
+	m.HandleFunc("GET /api/v1/experiments", s.listExperiments)
+	m.HandleFunc("GET /api/v1/experiments/{id}", s.getExperiment)
+	m.HandleFunc("POST /api/v1/experiments/{id}/{op}", s.controlExperiment)
+	m.HandleFunc("GET /api/v1/experiments/{id}/trials", s.listTrials)
+	m.HandleFunc("POST /api/v1/experiments/{id}/trials", s.ask)
+	m.HandleFunc("GET /api/v1/experiments/{id}/best", s.best)
+	m.HandleFunc("GET /api/v1/experiments/{id}/events", s.events)
+	m.HandleFunc("GET /api/v1/experiments/{id}/watch", s.watch)
+	m.HandleFunc("GET /api/v1/trials/{id}", s.getTrial)
+	m.HandleFunc("GET /api/v1/trials/{id}/metrics", s.metrics)
+	m.HandleFunc("GET /api/v1/trials/{id}/checkpoints", s.checkpoints)
+	m.HandleFunc("GET /api/v1/trials/{id}/logs", s.logs)
+	m.HandleFunc("POST /api/v1/attempts/{id}/report", s.report)
+	m.HandleFunc("POST /api/v1/attempts/{id}/complete", s.complete)
+}
+
+// ServeHTTP authenticates the request and routes it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.RequireAuth && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="virga"`)
+		writeError(w, http.StatusUnauthorized, errors.New("a token is required: send 'Authorization: Bearer <token>' (the admin token is in the server's data directory, file admin-token)"))
+		return
+	}
+	if s.ctl == nil && (r.Method != http.MethodGet || strings.HasSuffix(r.URL.Path, "/watch")) {
+		writeError(w, http.StatusServiceUnavailable, errors.New("no Virga server is running on this data directory: start one with `virga server` (it resumes unfinished experiments) or pass --server URL"))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// authorized accepts an admin token anywhere, and a trial token only for that
+// trial's attempts' report and complete endpoints.
+func (s *Server) authorized(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return false
+	}
+	if strings.HasPrefix(tok, "vt") {
+		rest, ok := strings.CutPrefix(r.URL.Path, "/api/v1/attempts/")
+		if !ok || r.Method != http.MethodPost {
+			return false
+		}
+		idText, _, _ := strings.Cut(rest, "/")
+		id, err := strconv.ParseInt(idText, 10, 64)
+		if err != nil {
+			return false
+		}
+		trialID, live := s.ctl.AttemptTrial(id)
+		// A token for a finished attempt gets a 409 from the handler, not a 401.
+		return !live || s.ctl.CheckTrialToken(tok, trialID)
+	}
+	sum := sha256.Sum256([]byte(tok))
+	key := string(sum[:])
+	if _, ok := s.tokens.Load(key); ok {
+		return true
+	}
+	if _, err := s.st.TokenByHash(r.Context(), sum[:]); err != nil {
+		return false
+	}
+	s.tokens.Store(key, true)
+	return true
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Error    string         `json:"error"`
+	Problems []spec.Problem `json:"problems,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	body := Error{Error: err.Error()}
+	var se *spec.Error
+	if errors.As(err, &se) {
+		body.Problems = se.Problems
+	}
+	writeJSON(w, code, body)
+}
+
+// statusOf maps an error to an HTTP status.
+func statusOf(err error) int {
+	var se *spec.Error
+	switch {
+	case errors.As(err, &se):
+		return http.StatusBadRequest
+	case errors.Is(err, virga.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, virga.ErrConflict), errors.Is(err, control.ErrSuperseded), errors.Is(err, search.ErrExhausted):
+		return http.StatusConflict
+	case errors.Is(err, control.ErrClosed):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("id: want a positive integer, got %q", r.PathValue("id")))
+		return 0, false
+	}
+	return id, true
+}
+
+const maxBody = 2 << 20
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
+		return false
+	}
+	return true
+}
+
+// Health is the body of /api/v1/health.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, Health{Status: "ok", Version: s.cfg.Version})
+}
+
+// SubmitRequest is the body of POST /api/v1/experiments and /api/v1/validate.
+type SubmitRequest struct {
+	File string `json:"file"` // the file name, for messages
+	Spec string `json:"spec"` // the experiment file's text
+}
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.File == "" {
+		req.File = "experiment.yaml"
+	}
+	exp, err := s.ctl.Submit(r.Context(), req.File, []byte(req.Spec))
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, exp)
+}
+
+func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	e, err := spec.Parse(req.File, []byte(req.Spec))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (s *Server) listExperiments(w http.ResponseWriter, r *http.Request) {
+	f := store.ExperimentFilter{}
+	if st := r.URL.Query().Get("state"); st != "" {
+		for _, x := range strings.Split(st, ",") {
+			f.States = append(f.States, virga.ExperimentState(strings.ToUpper(x)))
+		}
+	}
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("limit: want a non-negative integer, got %q", l))
+			return
+		}
+		f.Limit = n
+	}
+	exps, err := s.st.Experiments(r.Context(), f)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	out := make([]ExperimentView, 0, len(exps))
+	for _, e := range exps {
+		trials, err := s.st.Trials(r.Context(), e.ID)
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		out = append(out, s.view(e, trials, false))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ExperimentView is an experiment with its progress summary.
+type ExperimentView struct {
+	*virga.Experiment
+	Objective spec.Objective           `json:"objective"`
+	MaxTrials int                      `json:"max_trials"`
+	Counts    map[virga.TrialState]int `json:"counts"`
+	Best      *virga.Trial             `json:"best,omitempty"`
+	SpecText  string                   `json:"spec,omitempty"`
+}
+
+func (s *Server) view(e *virga.Experiment, trials []*virga.Trial, withSpec bool) ExperimentView {
+	v := ExperimentView{Experiment: e, Counts: map[virga.TrialState]int{}}
+	if sp, err := spec.Parse(e.SpecFile, e.Spec); err == nil {
+		v.Objective, v.MaxTrials = sp.Objective, sp.MaxTrials
+	}
+	v.Best = BestTrial(trials, v.Objective)
+	for _, t := range trials {
+		v.Counts[t.State]++
+	}
+	if withSpec {
+		v.SpecText = string(e.Spec)
+	}
+	return v
+}
+
+// BestTrial returns the trial with the best objective value, or nil.
+func BestTrial(trials []*virga.Trial, o spec.Objective) *virga.Trial {
+	var best *virga.Trial
+	for _, t := range trials {
+		if t.Best == nil {
+			continue
+		}
+		if best == nil || o.Better(*t.Best, *best.Best) {
+			best = t
+		}
+	}
+	return best
+}
+
+func (s *Server) getExperiment(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	e, err := s.st.Experiment(r.Context(), id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	trials, err := s.st.Trials(r.Context(), id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.view(e, trials, true))
+}
+
+func (s *Server) controlExperiment(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	op := control.Op(r.PathValue("op"))
+	switch op {
+	case control.OpStop, control.OpPause, control.OpResume:
+	default:
+		writeError(w, http.StatusNotFound, fmt.Errorf("no operation %q on experiments (want stop, pause or resume)", op))
+		return
+	}
+	e, err := s.ctl.Control(r.Context(), id, op)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (s *Server) listTrials(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if _, err := s.st.Experiment(r.Context(), id); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	trials, err := s.st.Trials(r.Context(), id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if trials == nil {
+		trials = []*virga.Trial{}
+	}
+	writeJSON(w, http.StatusOK, trials)
+}
+
+// BestView is the body of /api/v1/experiments/{id}/best.
+type BestView struct {
+	Objective spec.Objective `json:"objective"`
+	Trial     *virga.Trial   `json:"trial"`
+	Metrics   *virga.Metric  `json:"metrics,omitempty"` // the report at the trial's best step
+}
+
+func (s *Server) best(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	e, err := s.st.Experiment(r.Context(), id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	trials, err := s.st.Trials(r.Context(), id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	v := s.view(e, trials, false)
+	if v.Best == nil {
+		writeError(w, http.StatusNotFound, fmt.Errorf("experiment %d has no trial that reported %q yet: %w", id, v.Objective.Metric, virga.ErrNotFound))
+		return
+	}
+	out := BestView{Objective: v.Objective, Trial: v.Best}
+	ms, err := s.st.Metrics(r.Context(), store.MetricFilter{TrialID: v.Best.ID, AfterStep: v.Best.BestStep - 1, Limit: 1})
+	if err == nil && len(ms) == 1 && ms[0].Step == v.Best.BestStep {
+		out.Metrics = &ms[0]
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	evs, err := s.st.Events(r.Context(), store.EventFilter{ExperimentID: id, AfterID: after})
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if evs == nil {
+		evs = []virga.Event{}
+	}
+	writeJSON(w, http.StatusOK, evs)
+}
+
+// TrialView is a trial with its attempts.
+type TrialView struct {
+	*virga.Trial
+	AttemptList []*virga.Attempt `json:"attempt_list"`
+}
+
+func (s *Server) getTrial(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	t, err := s.st.Trial(r.Context(), id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	as, err := s.st.Attempts(r.Context(), id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, TrialView{Trial: t, AttemptList: as})
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if _, err := s.st.Trial(r.Context(), id); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	after := int64(-1)
+	if a := r.URL.Query().Get("after"); a != "" {
+		after, _ = strconv.ParseInt(a, 10, 64)
+	}
+	ms, err := s.st.Metrics(r.Context(), store.MetricFilter{TrialID: id, AfterStep: after})
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if ms == nil {
+		ms = []virga.Metric{}
+	}
+	writeJSON(w, http.StatusOK, ms)
+}
+
+func (s *Server) checkpoints(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if _, err := s.st.Trial(r.Context(), id); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	cs, err := s.st.Checkpoints(r.Context(), id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if cs == nil {
+		cs = []virga.Checkpoint{}
+	}
+	writeJSON(w, http.StatusOK, cs)
+}
+
+// ReportReply is the body of a successful report.
+type ReportReply struct {
+	Decision string `json:"decision"`
+}
+
+func (s *Server) report(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	var rep control.Report
+	if !decode(w, r, &rep) {
+		return
+	}
+	if err := rep.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	d, err := s.ctl.Report(r.Context(), id, rep)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ReportReply{Decision: d.String()})
+}
+
+// CompleteRequest ends an API-driven attempt.
+type CompleteRequest struct {
+	OK bool `json:"ok"`
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	var req CompleteRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	t, err := s.ctl.Tell(r.Context(), id, req.OK)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+func (s *Server) ask(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	a, err := s.ctl.Ask(r.Context(), id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, a)
+}

@@ -1,0 +1,327 @@
+// Package client is the Go client of Virga's HTTP API, used by the CLI. It
+// speaks only the public API: whatever it does, a script could do with curl.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/control"
+)
+
+// Client calls one Virga server.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client for the server at base (e.g. "http://127.0.0.1:7070").
+func New(base, token string) *Client {
+	return &Client{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{}}
+}
+
+// NewWithHTTP returns a client that sends its requests through hc.
+func NewWithHTTP(base, token string, hc *http.Client) *Client {
+	return &Client{base: strings.TrimRight(base, "/"), token: token, http: hc}
+}
+
+// Base returns the server's base URL.
+func (c *Client) Base() string { return c.base }
+
+// Error is an error response from the server.
+type Error struct {
+	Status int
+	Body   api.Error
+}
+
+func (e *Error) Error() string {
+	if len(e.Body.Problems) > 0 {
+		return e.Body.Error
+	}
+	return fmt.Sprintf("%s (HTTP %d)", e.Body.Error, e.Status)
+}
+
+// Is lets errors.Is match the server's status to Virga's sentinels.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case virga.ErrNotFound:
+		return e.Status == http.StatusNotFound
+	case virga.ErrConflict:
+		return e.Status == http.StatusConflict
+	}
+	return false
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("calling the Virga server at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		e := &Error{Status: resp.StatusCode}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(b, &e.Body) != nil || e.Body.Error == "" {
+			e.Body.Error = strings.TrimSpace(string(b))
+		}
+		return e
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Health returns the server's health.
+func (c *Client) Health(ctx context.Context) (api.Health, error) {
+	var h api.Health
+	err := c.do(ctx, http.MethodGet, "/api/v1/health", nil, &h)
+	return h, err
+}
+
+// Submit submits an experiment file.
+func (c *Client) Submit(ctx context.Context, file string, data []byte) (*virga.Experiment, error) {
+	var e virga.Experiment
+	err := c.do(ctx, http.MethodPost, "/api/v1/experiments", api.SubmitRequest{File: file, Spec: string(data)}, &e)
+	return &e, err
+}
+
+// Experiments lists experiments, newest first.
+func (c *Client) Experiments(ctx context.Context, states []string, limit int) ([]api.ExperimentView, error) {
+	q := url.Values{}
+	if len(states) > 0 {
+		q.Set("state", strings.Join(states, ","))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out []api.ExperimentView
+	err := c.do(ctx, http.MethodGet, "/api/v1/experiments?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// Experiment returns one experiment with its summary.
+func (c *Client) Experiment(ctx context.Context, id int64) (*api.ExperimentView, error) {
+	var v api.ExperimentView
+	err := c.do(ctx, http.MethodGet, "/api/v1/experiments/"+itoa(id), nil, &v)
+	return &v, err
+}
+
+// Control stops, pauses or resumes an experiment.
+func (c *Client) Control(ctx context.Context, id int64, op control.Op) (*virga.Experiment, error) {
+	var e virga.Experiment
+	err := c.do(ctx, http.MethodPost, "/api/v1/experiments/"+itoa(id)+"/"+string(op), nil, &e)
+	return &e, err
+}
+
+// Trials lists an experiment's trials.
+func (c *Client) Trials(ctx context.Context, id int64) ([]*virga.Trial, error) {
+	var out []*virga.Trial
+	err := c.do(ctx, http.MethodGet, "/api/v1/experiments/"+itoa(id)+"/trials", nil, &out)
+	return out, err
+}
+
+// Best returns an experiment's best trial.
+func (c *Client) Best(ctx context.Context, id int64) (*api.BestView, error) {
+	var v api.BestView
+	err := c.do(ctx, http.MethodGet, "/api/v1/experiments/"+itoa(id)+"/best", nil, &v)
+	return &v, err
+}
+
+// Trial returns one trial with its attempts.
+func (c *Client) Trial(ctx context.Context, id int64) (*api.TrialView, error) {
+	var v api.TrialView
+	err := c.do(ctx, http.MethodGet, "/api/v1/trials/"+itoa(id), nil, &v)
+	return &v, err
+}
+
+// Metrics returns a trial's metrics.
+func (c *Client) Metrics(ctx context.Context, trialID int64) ([]virga.Metric, error) {
+	var out []virga.Metric
+	err := c.do(ctx, http.MethodGet, "/api/v1/trials/"+itoa(trialID)+"/metrics", nil, &out)
+	return out, err
+}
+
+// Checkpoints returns a trial's checkpoints.
+func (c *Client) Checkpoints(ctx context.Context, trialID int64) ([]virga.Checkpoint, error) {
+	var out []virga.Checkpoint
+	err := c.do(ctx, http.MethodGet, "/api/v1/trials/"+itoa(trialID)+"/checkpoints", nil, &out)
+	return out, err
+}
+
+// Events returns an experiment's recorded events after an event ID.
+func (c *Client) Events(ctx context.Context, id, after int64) ([]virga.Event, error) {
+	var out []virga.Event
+	err := c.do(ctx, http.MethodGet, "/api/v1/experiments/"+itoa(id)+"/events?after="+itoa(after), nil, &out)
+	return out, err
+}
+
+// Ask creates a trial of an API-driven experiment.
+func (c *Client) Ask(ctx context.Context, id int64) (*control.Asked, error) {
+	var a control.Asked
+	err := c.do(ctx, http.MethodPost, "/api/v1/experiments/"+itoa(id)+"/trials", nil, &a)
+	return &a, err
+}
+
+// Report reports metrics for an attempt and returns the decision.
+func (c *Client) Report(ctx context.Context, attemptID int64, step int64, metrics map[string]float64) (string, error) {
+	var r api.ReportReply
+	err := c.do(ctx, http.MethodPost, "/api/v1/attempts/"+itoa(attemptID)+"/report", control.Report{Step: step, Metrics: metrics}, &r)
+	return r.Decision, err
+}
+
+// Complete ends an API-driven attempt.
+func (c *Client) Complete(ctx context.Context, attemptID int64, ok bool) (*virga.Trial, error) {
+	var t virga.Trial
+	err := c.do(ctx, http.MethodPost, "/api/v1/attempts/"+itoa(attemptID)+"/complete", api.CompleteRequest{OK: ok}, &t)
+	return &t, err
+}
+
+// Logs copies a trial's output to w; with follow it returns when the trial has ended.
+func (c *Client) Logs(ctx context.Context, trialID int64, follow bool, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/v1/trials/"+itoa(trialID)+"/logs?follow="+strconv.FormatBool(follow), nil)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("calling the Virga server at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		e := &Error{Status: resp.StatusCode}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		_ = json.Unmarshal(b, &e.Body)
+		return e
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
+// WatchEvent is one server-sent event of a watch.
+type WatchEvent struct {
+	Kind string // "snapshot", "update" or "end"
+	Data json.RawMessage
+}
+
+// Watch follows an experiment's progress, calling fn for each event until the
+// experiment ends ("end"), fn returns an error, or ctx ends. If the stream
+// breaks (a server restart), it reconnects after a short wait.
+func (c *Client) Watch(ctx context.Context, id int64, fn func(WatchEvent) error) error {
+	for {
+		err := c.watchOnce(ctx, id, fn)
+		if errors.Is(err, errWatchEnded) {
+			return nil
+		}
+		var apiErr *Error
+		if errors.As(err, &apiErr) && apiErr.Status < 500 {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil && !isTransient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+var errWatchEnded = errors.New("watch ended")
+
+func isTransient(err error) bool {
+	var apiErr *Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Status >= 500
+	}
+	return true // connection errors: the server may be restarting
+}
+
+func (c *Client) watchOnce(ctx context.Context, id int64, fn func(WatchEvent) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/v1/experiments/"+itoa(id)+"/watch", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		e := &Error{Status: resp.StatusCode}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		_ = json.Unmarshal(b, &e.Body)
+		return e
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 64<<20)
+	var ev WatchEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			ev.Kind = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.Data = append(ev.Data, strings.TrimPrefix(line, "data: ")...)
+		case line == "":
+			if ev.Kind != "" {
+				if err := fn(ev); err != nil {
+					return err
+				}
+				if ev.Kind == "end" {
+					return errWatchEnded
+				}
+			}
+			ev = WatchEvent{}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return io.ErrUnexpectedEOF
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

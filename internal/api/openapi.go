@@ -1,0 +1,149 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+)
+
+// route describes one operation for the OpenAPI document.
+type route struct {
+	method, path, summary string
+	body, reply           string // schema names, "" for none
+	stream                string // media type of a streamed reply
+}
+
+// apiRoutes lists every operation the server serves; TestOpenAPIMatchesRoutes
+// checks that it agrees with the router.
+var apiRoutes = []route{
+	{"get", "/api/v1/health", "Server health and version", "", "Health", ""},
+	{"post", "/api/v1/experiments", "Submit an experiment file; 400 lists its problems with positions", "SubmitRequest", "Experiment", ""},
+	{"post", "/api/v1/validate", "Validate an experiment file without submitting it", "SubmitRequest", "Object", ""},
+	{"get", "/api/v1/experiments", "List experiments, newest first (query: state=ACTIVE,PAUSED; limit=N)", "", "ExperimentViewList", ""},
+	{"get", "/api/v1/experiments/{id}", "One experiment with its summary and spec", "", "ExperimentView", ""},
+	{"post", "/api/v1/experiments/{id}/{op}", "Stop, pause or resume an experiment (op: stop|pause|resume)", "", "Experiment", ""},
+	{"get", "/api/v1/experiments/{id}/trials", "An experiment's trials in order", "", "TrialList", ""},
+	{"post", "/api/v1/experiments/{id}/trials", "Ask: create a trial of an API-driven experiment (no entrypoint)", "", "Asked", ""},
+	{"get", "/api/v1/experiments/{id}/best", "The best trial and its metrics at its best step", "", "BestView", ""},
+	{"get", "/api/v1/experiments/{id}/events", "Recorded transitions (query: after=ID)", "", "EventList", ""},
+	{"get", "/api/v1/experiments/{id}/watch", "Live progress as server-sent events: snapshot, update..., end", "", "", "text/event-stream"},
+	{"get", "/api/v1/trials/{id}", "One trial with its attempts", "", "TrialView", ""},
+	{"get", "/api/v1/trials/{id}/metrics", "A trial's reports ordered by step (query: after=STEP)", "", "MetricList", ""},
+	{"get", "/api/v1/trials/{id}/checkpoints", "A trial's retained checkpoints", "", "CheckpointList", ""},
+	{"get", "/api/v1/trials/{id}/logs", "A trial's output, all attempts (query: follow=true streams until it ends)", "", "", "text/plain"},
+	{"post", "/api/v1/attempts/{id}/report", "Report metrics of an attempt; the reply says continue or stop; 409 if superseded", "Report", "ReportReply", ""},
+	{"post", "/api/v1/attempts/{id}/complete", "Tell: end an API-driven attempt (ok: completed, else failed)", "CompleteRequest", "Trial", ""},
+}
+
+func obj(props map[string]any, required ...string) map[string]any {
+	m := map[string]any{"type": "object", "properties": props}
+	if len(required) > 0 {
+		m["required"] = required
+	}
+	return m
+}
+
+func ref(name string) map[string]any { return map[string]any{"$ref": "#/components/schemas/" + name} }
+
+func list(name string) map[string]any { return map[string]any{"type": "array", "items": ref(name)} }
+
+var (
+	tInt    = map[string]any{"type": "integer", "format": "int64"}
+	tNum    = map[string]any{"type": "number"}
+	tStr    = map[string]any{"type": "string"}
+	tBool   = map[string]any{"type": "boolean"}
+	tTime   = map[string]any{"type": "string", "format": "date-time"}
+	tObject = map[string]any{"type": "object", "additionalProperties": true}
+)
+
+func schemas() map[string]any {
+	return map[string]any{
+		"Object": tObject,
+		"Error": obj(map[string]any{"error": tStr, "problems": map[string]any{"type": "array", "items": obj(map[string]any{
+			"File": tStr, "Line": tInt, "Col": tInt, "Path": tStr, "Msg": tStr})}}, "error"),
+		"Health":        obj(map[string]any{"status": tStr, "version": tStr}),
+		"SubmitRequest": obj(map[string]any{"file": tStr, "spec": map[string]any{"type": "string", "description": "the experiment file's YAML text"}}, "spec"),
+		"Experiment": obj(map[string]any{"id": tInt, "name": tStr, "state": map[string]any{"type": "string",
+			"enum": []string{"ACTIVE", "PAUSED", "STOPPING", "COMPLETED", "STOPPED", "FAILED"}},
+			"spec_file": tStr, "message": tStr, "created_at": tTime, "updated_at": tTime, "ended_at": tTime}),
+		"ExperimentView": map[string]any{"allOf": []any{ref("Experiment"), obj(map[string]any{
+			"objective": obj(map[string]any{"metric": tStr, "direction": tStr}), "max_trials": tInt,
+			"counts": map[string]any{"type": "object", "additionalProperties": tInt}, "best": ref("Trial"), "spec": tStr})}},
+		"ExperimentViewList": list("ExperimentView"),
+		"Trial": obj(map[string]any{"id": tInt, "experiment_id": tInt, "seq": tInt, "request": tStr, "state": map[string]any{"type": "string",
+			"enum": []string{"QUEUED", "RUNNING", "PAUSED", "COMPLETED", "STOPPED", "FAILED"}}, "hparams": tObject,
+			"attempts": tInt, "restarts": tInt, "step": tInt, "latest": tNum, "best": tNum, "best_step": tInt, "checkpoint": tStr,
+			"message": tStr, "created_at": tTime, "updated_at": tTime, "ended_at": tTime}),
+		"TrialList": list("Trial"),
+		"Attempt": obj(map[string]any{"id": tInt, "trial_id": tInt, "number": tInt, "state": tStr, "outcome": tStr, "backend": tStr,
+			"pid": tInt, "exit_code": tInt, "signal": tStr, "restored": tStr, "dir": tStr, "message": tStr,
+			"created_at": tTime, "started_at": tTime, "ended_at": tTime}),
+		"TrialView":       map[string]any{"allOf": []any{ref("Trial"), obj(map[string]any{"attempt_list": list("Attempt")})}},
+		"Metric":          obj(map[string]any{"trial_id": tInt, "attempt_id": tInt, "step": tInt, "values": map[string]any{"type": "object", "additionalProperties": tNum}, "time": tTime}),
+		"MetricList":      list("Metric"),
+		"Checkpoint":      obj(map[string]any{"id": tStr, "trial_id": tInt, "attempt_id": tInt, "step": tInt, "size": tInt, "files": tInt, "time": tTime}),
+		"CheckpointList":  list("Checkpoint"),
+		"Event":           obj(map[string]any{"id": tInt, "experiment_id": tInt, "trial_id": tInt, "attempt_id": tInt, "kind": tStr, "message": tStr, "time": tTime}),
+		"EventList":       list("Event"),
+		"BestView":        obj(map[string]any{"objective": tObject, "trial": ref("Trial"), "metrics": ref("Metric")}),
+		"Asked":           obj(map[string]any{"trial": ref("Trial"), "attempt_id": tInt, "token": tStr}),
+		"Report":          obj(map[string]any{"step": tInt, "metrics": map[string]any{"type": "object", "additionalProperties": tNum}}, "step", "metrics"),
+		"ReportReply":     obj(map[string]any{"decision": map[string]any{"type": "string", "enum": []string{"continue", "stop"}}}),
+		"CompleteRequest": obj(map[string]any{"ok": tBool}),
+	}
+}
+
+// OpenAPI returns the OpenAPI 3.0 document of the API.
+func OpenAPI(version string) map[string]any {
+	paths := map[string]any{}
+	for _, r := range apiRoutes {
+		op := map[string]any{"summary": r.summary, "responses": map[string]any{}}
+		resp := op["responses"].(map[string]any)
+		ok := map[string]any{"description": "success"}
+		switch {
+		case r.stream != "":
+			ok["content"] = map[string]any{r.stream: map[string]any{"schema": tStr}}
+		case r.reply != "":
+			ok["content"] = map[string]any{"application/json": map[string]any{"schema": ref(r.reply)}}
+		}
+		code := "200"
+		if r.method == "post" && (r.path == "/api/v1/experiments" || strings.HasSuffix(r.path, "/trials")) {
+			code = "201"
+		}
+		resp[code] = ok
+		resp["default"] = map[string]any{"description": "error", "content": map[string]any{"application/json": map[string]any{"schema": ref("Error")}}}
+		if r.body != "" {
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": ref(r.body)}}}
+		}
+		var params []any
+		for _, name := range []string{"id", "op"} {
+			if strings.Contains(r.path, "{"+name+"}") {
+				sch := tInt
+				if name == "op" {
+					sch = map[string]any{"type": "string", "enum": []string{"stop", "pause", "resume"}}
+				}
+				params = append(params, map[string]any{"name": name, "in": "path", "required": true, "schema": sch})
+			}
+		}
+		if params != nil {
+			op["parameters"] = params
+		}
+		item, _ := paths[r.path].(map[string]any)
+		if item == nil {
+			item = map[string]any{}
+			paths[r.path] = item
+		}
+		item[r.method] = op
+	}
+	return map[string]any{
+		"openapi": "3.0.3",
+		"info": map[string]any{"title": "Virga API", "version": version,
+			"description": "Experiments, trials, metrics and checkpoints. Send 'Authorization: Bearer <token>' when the server requires it."},
+		"paths":      paths,
+		"components": map[string]any{"schemas": schemas(), "securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}}},
+		"security":   []any{map[string]any{"bearer": []any{}}},
+	}
+}
+
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, OpenAPI(s.cfg.Version))
+}

@@ -1,0 +1,320 @@
+// Package control is Virga's control loop: the only writer of state. It takes
+// events from backends (attempt started, exited) and requests from the API
+// (submit, report, stop, pause, resume, ask, tell), commits each transition to
+// the store before it acts on it, asks searchers for proposals and decisions,
+// and tells the backend what to start and stop. After a crash it rebuilds
+// everything from the store and adopts or restarts the trials it finds.
+//
+// It never blocks on a trial: process launches and checkpoint copies run off
+// the loop goroutine, and reports are group-committed.
+package control
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/search"
+	"github.com/virga-ml/virga/internal/spec"
+	"github.com/virga-ml/virga/internal/store"
+)
+
+// Errors returned to API callers.
+var (
+	// ErrSuperseded means a report came from an attempt that is no longer the
+	// trial's current one; the process should exit.
+	ErrSuperseded = errors.New("attempt is no longer current")
+	// ErrClosed means the controller has stopped.
+	ErrClosed = errors.New("controller stopped")
+)
+
+// Checkpointer saves and restores trial checkpoint directories.
+type Checkpointer interface {
+	// Save stores the content of src as an immutable checkpoint; an empty ID means src was empty.
+	Save(src string) (checkpoint.Info, error)
+	// Restore makes dst hold exactly the checkpoint's files.
+	Restore(id, dst string) error
+	// Delete removes a checkpoint's files (idempotent).
+	Delete(id string) error
+}
+
+// Config wires a Controller to its parts.
+type Config struct {
+	Store       store.Store
+	Backend     backend.Backend
+	Checkpoints Checkpointer
+	// DataDir holds per-trial directories (trials/<id>/...).
+	DataDir string
+	// ReportBase is the server's base URL as trials must reach it, e.g. "http://127.0.0.1:7070".
+	ReportBase string
+	// Secret signs per-trial tokens. Required.
+	Secret []byte
+	// NewSearcher makes searchers; nil means search.New.
+	NewSearcher func(e *spec.Experiment, seed uint64) (search.Searcher, error)
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Rand picks seeds for experiments that do not set one; nil means a source seeded from the clock.
+	Rand *rand.Rand
+	// Logger receives operational messages; nil means slog.Default().
+	Logger *slog.Logger
+	// MaxBatch bounds the inputs handled per loop iteration (default 4096).
+	MaxBatch int
+	// TickInterval is how often timeouts and deferred work are checked (default 1s).
+	TickInterval time.Duration
+}
+
+// Controller runs the control loop. Create it with New and run it with Run.
+type Controller struct {
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+	inbox chan input
+	done  chan struct{} // closed when Run returns
+
+	// live maps attempt IDs to what report handlers need; written by the loop only.
+	liveMu sync.RWMutex
+	live   map[int64]*liveAttempt
+
+	subMu sync.Mutex
+	subs  map[chan Update]int64 // subscriber -> experiment ID (0: all)
+
+	// Loop-owned state (touched only by the loop goroutine).
+	exps          map[int64]*expState
+	trials        map[int64]*trialState
+	attempts      map[int64]*trialState // live attempt ID -> its trial
+	inflight      virga.Resources       // reserved by attempts committed but not yet seen started
+	startedSeen   map[int64]bool        // attempts whose Started event arrived
+	pendingEvents []*virga.Event        // events to record in the next pass
+	pendingInputs []input               // inputs made by recovery, handled in the first pass
+	err           error
+}
+
+// Update tells subscribers what changed in one committed iteration.
+type Update struct {
+	ExperimentID int64
+	Experiment   *virga.Experiment // set when the experiment changed
+	Trials       []*virga.Trial    // trials that changed
+}
+
+type expState struct {
+	exp       *virga.Experiment
+	spec      *spec.Experiment
+	searcher  search.Searcher
+	exhausted bool
+	dirty     bool // searcher state changed since the last commit
+	trials    []*trialState
+}
+
+type stopReason int
+
+const (
+	notStopping stopReason = iota
+	stopEarly              // the searcher ended it
+	stopUser               // the experiment was stopped
+	stopPause              // the experiment was paused
+	stopTimeout            // the attempt ran past its timeout
+)
+
+type trialState struct {
+	t        *virga.Trial
+	exp      *expState
+	attempt  *virga.Attempt // current live attempt, nil if none
+	stopping stopReason
+	ckpts    []virga.Checkpoint // retained checkpoints, oldest first
+	started  time.Time          // when the current attempt was created (timeouts)
+}
+
+// liveAttempt is what a report handler needs, shared with the loop under mu.
+type liveAttempt struct {
+	attemptID    int64
+	trialID      int64
+	experimentID int64
+	ckptDir      string
+
+	mu     sync.Mutex // serialises this attempt's reports and its checkpoint restore
+	lastFP string
+	lastID string
+}
+
+// New makes a Controller; call Run to start it.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Store == nil || cfg.Backend == nil || cfg.Checkpoints == nil {
+		return nil, errors.New("control: Store, Backend and Checkpoints are required")
+	}
+	if len(cfg.Secret) == 0 {
+		return nil, errors.New("control: Secret is required")
+	}
+	if cfg.NewSearcher == nil {
+		cfg.NewSearcher = search.New
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5ee4))
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 4096
+	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = time.Second
+	}
+	return &Controller{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		now:         cfg.Now,
+		inbox:       make(chan input, 8192),
+		done:        make(chan struct{}),
+		live:        map[int64]*liveAttempt{},
+		subs:        map[chan Update]int64{},
+		exps:        map[int64]*expState{},
+		trials:      map[int64]*trialState{},
+		attempts:    map[int64]*trialState{},
+		startedSeen: map[int64]bool{},
+	}, nil
+}
+
+// TrialToken returns the token that authorises reports for one trial.
+func TrialToken(secret []byte, trialID int64) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("virga-trial:" + strconv.FormatInt(trialID, 10)))
+	return "vt" + strconv.FormatInt(trialID, 10) + "." + hex.EncodeToString(m.Sum(nil))
+}
+
+// CheckTrialToken reports whether token authorises reports for trialID.
+func (c *Controller) CheckTrialToken(token string, trialID int64) bool {
+	return hmac.Equal([]byte(token), []byte(TrialToken(c.cfg.Secret, trialID)))
+}
+
+// TrialDir returns a trial's own directory.
+func (c *Controller) TrialDir(trialID int64) string {
+	return filepath.Join(c.cfg.DataDir, "trials", strconv.FormatInt(trialID, 10))
+}
+
+// AttemptDir returns an attempt's directory (logs, shim files).
+func (c *Controller) AttemptDir(trialID int64, number int) string {
+	return filepath.Join(c.TrialDir(trialID), "attempts", strconv.Itoa(number))
+}
+
+// Subscribe returns a channel of updates for one experiment (0: all) and a
+// cancel function. Slow subscribers miss updates rather than block the loop.
+func (c *Controller) Subscribe(experimentID int64) (<-chan Update, func()) {
+	ch := make(chan Update, 256)
+	c.subMu.Lock()
+	c.subs[ch] = experimentID
+	c.subMu.Unlock()
+	return ch, func() {
+		c.subMu.Lock()
+		if _, ok := c.subs[ch]; ok {
+			delete(c.subs, ch)
+			close(ch)
+		}
+		c.subMu.Unlock()
+	}
+}
+
+func (c *Controller) publish(ups map[int64]*Update) {
+	if len(ups) == 0 {
+		return
+	}
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	for ch, id := range c.subs {
+		for eid, u := range ups {
+			if id != 0 && id != eid {
+				continue
+			}
+			select {
+			case ch <- *u:
+			default: // slow subscriber: it will re-read state
+			}
+		}
+	}
+}
+
+// Done is closed when Run has returned.
+func (c *Controller) Done() <-chan struct{} { return c.done }
+
+// Err returns the error that ended Run, if any.
+func (c *Controller) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// send delivers an input to the loop, failing if the loop has stopped.
+func (c *Controller) send(ctx context.Context, in input) error {
+	select {
+	case c.inbox <- in:
+		return nil
+	case <-c.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// call sends a request and waits for its reply.
+func call[T any](ctx context.Context, c *Controller, in input, reply chan result[T]) (T, error) {
+	var zero T
+	if err := c.send(ctx, in); err != nil {
+		return zero, err
+	}
+	select {
+	case r := <-reply:
+		return r.v, r.err
+	case <-c.done:
+		// The loop may have answered just before stopping.
+		select {
+		case r := <-reply:
+			return r.v, r.err
+		default:
+		}
+		return zero, ErrClosed
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+func (c *Controller) liveAttempt(id int64) *liveAttempt {
+	c.liveMu.RLock()
+	defer c.liveMu.RUnlock()
+	return c.live[id]
+}
+
+func (c *Controller) setLive(la *liveAttempt) {
+	c.liveMu.Lock()
+	c.live[la.attemptID] = la
+	c.liveMu.Unlock()
+}
+
+func (c *Controller) dropLive(id int64) {
+	c.liveMu.Lock()
+	delete(c.live, id)
+	c.liveMu.Unlock()
+}
+
+func fmtErr(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }

@@ -1,0 +1,728 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/search"
+	"github.com/virga-ml/virga/internal/spec"
+	"github.com/virga-ml/virga/internal/store"
+)
+
+// input is anything the loop handles: a request, a backend event or a tick.
+type input interface{}
+
+type eventInput struct{ ev backend.Event }
+
+type tickInput struct{}
+
+type startFailed struct {
+	attemptID int64
+	err       error
+}
+
+// iteration collects the changes of one pass of the loop and what to do once
+// they are committed.
+type iteration struct {
+	exps    map[*expState]bool
+	trials  []*trialState // trials to write (inserted when ID is 0)
+	tset    map[*trialState]bool
+	b       store.Batch
+	after   []func() // run after the commit, in order
+	toStart []*trialState
+	asks    map[*trialState]chan result[Asked]
+	again   bool // run another pass at once (new experiments)
+}
+
+func newIteration() *iteration {
+	return &iteration{exps: map[*expState]bool{}, tset: map[*trialState]bool{}, asks: map[*trialState]chan result[Asked]{}}
+}
+
+func (it *iteration) touchTrial(ts *trialState) {
+	if !it.tset[ts] {
+		it.tset[ts] = true
+		it.trials = append(it.trials, ts)
+	}
+}
+
+func (it *iteration) touchExp(es *expState) { it.exps[es] = true }
+
+func (it *iteration) event(e *virga.Event) { it.b.Events = append(it.b.Events, e) }
+
+// Run recovers the state from the store, then runs the loop until ctx ends or
+// a commit fails. A failed commit ends Run with its error: the process should
+// exit and a restart recovers from the store (crash-only).
+func (c *Controller) Run(ctx context.Context) error {
+	defer close(c.done)
+	it, err := c.recover(ctx)
+	if err == nil {
+		err = c.iterate(ctx, it, nil)
+	}
+	if err != nil {
+		c.err = err
+		return err
+	}
+	tick := time.NewTicker(c.cfg.TickInterval)
+	defer tick.Stop()
+	events := c.cfg.Backend.Events()
+	for {
+		var ins []input
+		select {
+		case <-ctx.Done():
+			return nil
+		case in := <-c.inbox:
+			ins = append(ins, in)
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			ins = append(ins, eventInput{ev})
+		case <-tick.C:
+			ins = append(ins, tickInput{})
+		}
+	drain:
+		for len(ins) < c.cfg.MaxBatch {
+			select {
+			case in := <-c.inbox:
+				ins = append(ins, in)
+			case ev, ok := <-events:
+				if !ok {
+					events = nil
+					break drain
+				}
+				ins = append(ins, eventInput{ev})
+			default:
+				break drain
+			}
+		}
+		if err := c.iterate(ctx, newIteration(), ins); err != nil {
+			c.err = err
+			c.log.Error("control loop stopped", "err", err)
+			return err
+		}
+	}
+}
+
+// iterate runs one pass: handle inputs, schedule, commit, create attempts,
+// commit, act. See the numbered steps.
+func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) error {
+	ins = append(c.pendingInputs, ins...)
+	c.pendingInputs = nil
+	for {
+		// 1. Handle every input, changing memory and collecting the batch.
+		it.b.Events = append(it.b.Events, c.pendingEvents...)
+		c.pendingEvents = nil
+		for _, in := range ins {
+			c.handle(it, in)
+		}
+		// 2. Decide which trials start and which new trials to create.
+		c.schedule(it)
+		// 3. Commit; new trials get their IDs.
+		if err := c.commit(ctx, it); err != nil {
+			return err
+		}
+		for _, ts := range it.trials {
+			if _, ok := c.trials[ts.t.ID]; !ok {
+				c.trials[ts.t.ID] = ts
+				ts.exp.searcher.Created(ts.t.Request, ts.t.ID)
+				ts.exp.dirty = true
+			}
+		}
+		// 4. Act on what is now durable: replies, stops, deletions.
+		for _, f := range it.after {
+			f()
+		}
+		// 5. Create attempts for the trials that start, commit, then launch.
+		if len(it.toStart) > 0 {
+			it2 := newIteration()
+			launches := c.createAttempts(it2, it.toStart)
+			for ts, reply := range it.asks {
+				it2.asks[ts] = reply
+			}
+			if err := c.commit(ctx, it2); err != nil {
+				return err
+			}
+			for _, l := range launches {
+				l.fill(c)
+				c.attempts[l.la.attemptID] = l.ts
+				c.setLive(l.la)
+				if reply, ok := it2.asks[l.ts]; ok {
+					reply <- result[Asked]{v: Asked{Trial: cloneTrial(l.ts.t), AttemptID: l.la.attemptID, Token: TrialToken(c.cfg.Secret, l.ts.t.ID)}}
+					continue
+				}
+				go c.launch(ctx, l)
+			}
+			for _, f := range it2.after {
+				f()
+			}
+		} else {
+			for ts, reply := range it.asks {
+				_ = ts
+				reply <- result[Asked]{err: fmt.Errorf("experiment %d: %w", ts.exp.exp.ID, search.ErrExhausted)}
+			}
+		}
+		if !it.again {
+			return nil
+		}
+		it, ins = newIteration(), nil
+	}
+}
+
+// commit writes the iteration's batch and publishes what changed.
+func (c *Controller) commit(ctx context.Context, it *iteration) error {
+	now := c.now()
+	for es := range it.exps {
+		if es.dirty {
+			snap, err := es.searcher.Snapshot()
+			if err != nil {
+				return fmtErr("snapshot of searcher", err)
+			}
+			es.exp.SearcherState = snap
+			es.dirty = false
+		}
+		es.exp.UpdatedAt = now
+		it.b.Experiments = append(it.b.Experiments, es.exp)
+	}
+	for _, ts := range it.trials {
+		if ts.exp.dirty && !it.exps[ts.exp] {
+			it.exps[ts.exp] = true
+			snap, err := ts.exp.searcher.Snapshot()
+			if err != nil {
+				return fmtErr("snapshot of searcher", err)
+			}
+			ts.exp.exp.SearcherState = snap
+			ts.exp.dirty = false
+			ts.exp.exp.UpdatedAt = now
+			it.b.Experiments = append(it.b.Experiments, ts.exp.exp)
+		}
+		ts.t.UpdatedAt = now
+		it.b.Trials = append(it.b.Trials, ts.t)
+	}
+	if it.b.Empty() {
+		return nil
+	}
+	newEvents := it.b.Events
+	if err := c.cfg.Store.Apply(ctx, &it.b); err != nil {
+		return fmtErr("committing state", err)
+	}
+	for _, e := range newEvents {
+		if e.TrialID != 0 && e.ExperimentID == 0 {
+			if ts := c.trials[e.TrialID]; ts != nil {
+				e.ExperimentID = ts.exp.exp.ID
+			}
+		}
+	}
+	ups := map[int64]*Update{}
+	up := func(id int64) *Update {
+		u := ups[id]
+		if u == nil {
+			u = &Update{ExperimentID: id}
+			ups[id] = u
+		}
+		return u
+	}
+	for es := range it.exps {
+		e := *es.exp
+		up(es.exp.ID).Experiment = &e
+	}
+	for _, ts := range it.trials {
+		u := up(ts.t.ExperimentID)
+		u.Trials = append(u.Trials, cloneTrial(ts.t))
+	}
+	c.publish(ups)
+	return nil
+}
+
+func cloneTrial(t *virga.Trial) *virga.Trial {
+	c := *t
+	return &c
+}
+
+// handle applies one input to memory and the iteration's batch.
+func (c *Controller) handle(it *iteration, in input) {
+	switch in := in.(type) {
+	case eventInput:
+		c.handleEvent(it, in.ev)
+	case startFailed:
+		ev := backend.Event{AttemptID: in.attemptID, Kind: backend.Exited, Time: c.now(), Lost: true, Message: in.err.Error()}
+		c.handleExit(it, ev, errors.Is(in.err, virga.ErrNoCapacity))
+	case tickInput:
+		c.checkTimeouts(it)
+	case *submitReq:
+		c.handleSubmit(it, in)
+	case *reportReq:
+		c.handleReport(it, in)
+	case *opReq:
+		c.handleOp(it, in)
+	case *askReq:
+		c.handleAsk(it, in)
+	case *tellReq:
+		c.handleTell(it, in)
+	default:
+		c.log.Error("control: unknown input", "type", fmt.Sprintf("%T", in))
+	}
+}
+
+func (c *Controller) handleEvent(it *iteration, ev backend.Event) {
+	switch ev.Kind {
+	case backend.Started:
+		ts := c.attempts[ev.AttemptID]
+		if ts == nil || ts.attempt == nil || ts.attempt.ID != ev.AttemptID {
+			return
+		}
+		c.releaseInflight(ts)
+		a := ts.attempt
+		if a.State == virga.AttemptStarting || a.PID != ev.PID {
+			a.State = virga.AttemptRunning
+			a.PID = ev.PID
+			if a.StartedAt.IsZero() {
+				a.StartedAt = ev.Time
+			}
+			it.b.Attempts = append(it.b.Attempts, a)
+			it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: ts.t.ID, AttemptID: a.ID, Kind: "attempt.started",
+				Message: "pid " + strconv.Itoa(ev.PID), Time: ev.Time})
+		}
+		if ts.stopping != notStopping {
+			grace := ts.exp.spec.StopGrace.D()
+			it.after = append(it.after, func() { _ = c.cfg.Backend.Stop(a.ID, grace) })
+		}
+	case backend.Exited:
+		c.handleExit(it, ev, false)
+	}
+}
+
+func (c *Controller) releaseInflight(ts *trialState) {
+	if ts.attempt != nil && !c.startedSeen[ts.attempt.ID] {
+		c.startedSeen[ts.attempt.ID] = true
+		c.inflight = c.inflight.Sub(resources(ts.exp.spec))
+	}
+}
+
+// handleExit ends the trial's current attempt and decides the trial's fate.
+// noCapacity marks a start refused for lack of room: the trial waits again
+// without counting a restart.
+func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool) {
+	ts := c.attempts[ev.AttemptID]
+	if ts == nil || ts.attempt == nil || ts.attempt.ID != ev.AttemptID {
+		return
+	}
+	c.releaseInflight(ts)
+	delete(c.startedSeen, ev.AttemptID)
+	delete(c.attempts, ev.AttemptID)
+	c.dropLive(ev.AttemptID)
+	a, t, es := ts.attempt, ts.t, ts.exp
+	ts.attempt = nil
+	a.State = virga.AttemptExited
+	a.EndedAt = ev.Time
+	a.ExitCode = ev.ExitCode
+	a.Signal = ev.Signal
+	a.Message = ev.Message
+	switch {
+	case ev.Lost:
+		a.Outcome = virga.OutcomeLost
+	case ts.stopping == stopTimeout:
+		a.Outcome = virga.OutcomeTimeout
+	case ts.stopping != notStopping:
+		a.Outcome = virga.OutcomeStopped
+	case ev.ExitCode != nil && *ev.ExitCode == 0:
+		a.Outcome = virga.OutcomeSucceeded
+	default:
+		a.Outcome = virga.OutcomeFailed
+	}
+	it.b.Attempts = append(it.b.Attempts, a)
+	it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: "attempt.exited",
+		Message: describeExit(a), Time: ev.Time})
+	it.touchTrial(ts)
+
+	reason := ts.stopping
+	ts.stopping = notStopping
+	switch {
+	case reason == stopPause:
+		t.State, t.Message = virga.TrialPaused, pausedByUser
+	case reason == stopEarly || reason == stopUser:
+		msg := "stopped early by the searcher"
+		if reason == stopUser {
+			msg = "stopped by user"
+		}
+		c.endTrial(it, ts, virga.TrialStopped, msg, search.Stopped, ev.Time)
+	case a.Outcome == virga.OutcomeSucceeded:
+		c.endTrial(it, ts, virga.TrialCompleted, "", search.Completed, ev.Time)
+	case noCapacity:
+		t.State, t.Message = virga.TrialQueued, "waiting for capacity"
+	case a.Outcome == virga.OutcomeLost && es.exp.State != virga.ExperimentActive:
+		c.afterStopWhileInactive(it, ts, ev.Time)
+	default:
+		// A failure (or a lost process, or a timeout): restart from the latest
+		// checkpoint while restarts remain. Lost attempts are not the trial's fault.
+		if a.Outcome != virga.OutcomeLost {
+			if t.Restarts >= es.spec.MaxRestarts {
+				c.endTrial(it, ts, virga.TrialFailed, fmt.Sprintf("failed %d times; last: %s", t.Restarts+1, describeExit(a)), search.Failed, ev.Time)
+				break
+			}
+			t.Restarts++
+		}
+		if es.exp.State == virga.ExperimentStopping {
+			c.endTrial(it, ts, virga.TrialStopped, "stopped by user", search.Stopped, ev.Time)
+			break
+		}
+		t.State = virga.TrialQueued
+		t.Message = "restarting from " + ckptName(t.Checkpoint) + " after " + describeExit(a)
+		it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, Kind: "trial.restarting", Message: t.Message, Time: ev.Time})
+	}
+	c.maybeFinish(it, es)
+}
+
+// afterStopWhileInactive settles a trial whose attempt was lost while its
+// experiment was pausing or stopping.
+func (c *Controller) afterStopWhileInactive(it *iteration, ts *trialState, now time.Time) {
+	if ts.exp.exp.State == virga.ExperimentStopping {
+		c.endTrial(it, ts, virga.TrialStopped, "stopped by user", search.Stopped, now)
+		return
+	}
+	ts.t.State, ts.t.Message = virga.TrialPaused, pausedByUser
+}
+
+const pausedByUser = "paused by user"
+
+func ckptName(id string) string {
+	if id == "" {
+		return "the start"
+	}
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return "checkpoint " + id
+}
+
+func describeExit(a *virga.Attempt) string {
+	switch {
+	case a.Outcome == virga.OutcomeLost:
+		if a.Message != "" {
+			return "lost: " + a.Message
+		}
+		return "lost (no exit status)"
+	case a.Signal != "":
+		return "signal " + a.Signal
+	case a.ExitCode != nil:
+		return "exit code " + strconv.Itoa(*a.ExitCode)
+	}
+	return string(a.Outcome)
+}
+
+// endTrial moves a trial to a terminal state and tells its searcher.
+func (c *Controller) endTrial(it *iteration, ts *trialState, state virga.TrialState, msg string, out search.Outcome, now time.Time) {
+	t := ts.t
+	t.State, t.Message, t.EndedAt = state, msg, now
+	ts.exp.searcher.Ended(t.ID, out)
+	ts.exp.dirty = true
+	it.touchTrial(ts)
+	it.touchExp(ts.exp)
+	it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: t.ID, Kind: "trial." + lower(string(state)), Message: msg, Time: now})
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, ch := range b {
+		if 'A' <= ch && ch <= 'Z' {
+			b[i] = ch + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// maybeFinish ends an experiment once nothing of it lives.
+func (c *Controller) maybeFinish(it *iteration, es *expState) {
+	if es.exp.State.Terminal() {
+		return
+	}
+	for _, ts := range es.trials {
+		if ts.attempt != nil {
+			return
+		}
+	}
+	now := c.now()
+	switch es.exp.State {
+	case virga.ExperimentStopping:
+		c.finishExperiment(it, es, virga.ExperimentStopped, "stopped by user", now)
+	case virga.ExperimentActive:
+		if !es.exhausted {
+			return
+		}
+		for _, ts := range es.trials {
+			if !ts.t.State.Terminal() {
+				return
+			}
+		}
+		c.finishExperiment(it, es, virga.ExperimentCompleted, "", now)
+	}
+}
+
+func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.ExperimentState, msg string, now time.Time) {
+	es.exp.State, es.exp.Message, es.exp.EndedAt = state, msg, now
+	it.touchExp(es)
+	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment." + lower(string(state)), Message: msg, Time: now})
+	delete(c.exps, es.exp.ID)
+	for _, ts := range es.trials {
+		delete(c.trials, ts.t.ID)
+	}
+}
+
+func (c *Controller) checkTimeouts(it *iteration) {
+	now := c.now()
+	for _, ts := range c.attempts {
+		d := ts.exp.spec.Timeout.D()
+		if d <= 0 || ts.stopping != notStopping || ts.attempt.Backend == apiBackend {
+			continue
+		}
+		if now.Sub(ts.started) > d {
+			ts.stopping = stopTimeout
+			a := ts.attempt
+			it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: ts.t.ID, AttemptID: a.ID, Kind: "attempt.timeout",
+				Message: "ran longer than " + d.String(), Time: now})
+			grace := ts.exp.spec.StopGrace.D()
+			it.after = append(it.after, func() { _ = c.cfg.Backend.Stop(a.ID, grace) })
+		}
+	}
+}
+
+func resources(s *spec.Experiment) virga.Resources {
+	return virga.Resources{CPU: s.Resources.CPU, MemoryMB: s.Resources.MemoryMB, GPU: s.Resources.GPU}
+}
+
+// schedule fills free concurrency slots: queued trials first (restarts and
+// resumed trials), then new proposals, as long as the resources fit.
+func (c *Controller) schedule(it *iteration) {
+	free := c.cfg.Backend.Free().Sub(c.inflight)
+	ids := make([]int64, 0, len(c.exps))
+	for id := range c.exps {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		es := c.exps[id]
+		if es.exp.State != virga.ExperimentActive || es.spec.DriveByAPI() {
+			c.maybeFinish(it, es)
+			continue
+		}
+		res := resources(es.spec)
+		running := 0
+		for _, ts := range es.trials {
+			if ts.attempt != nil {
+				running++
+			}
+		}
+		chosen := map[*trialState]bool{}
+		for running < es.spec.MaxConcurrent && res.Fits(free) {
+			var next *trialState
+			for _, ts := range es.trials {
+				if ts.t.State == virga.TrialQueued && ts.attempt == nil && !chosen[ts] {
+					next = ts
+					break
+				}
+			}
+			if next == nil {
+				next = c.propose(it, es, running)
+				if next == nil {
+					break
+				}
+			}
+			chosen[next] = true
+			free = free.Sub(res)
+			c.inflight = c.inflight.Add(res)
+			it.toStart = append(it.toStart, next)
+			running++
+		}
+		if len(chosen) == 0 {
+			c.maybeFinish(it, es)
+		}
+	}
+}
+
+// propose asks the searcher for a new trial (or a trial to resume).
+func (c *Controller) propose(it *iteration, es *expState, running int) *trialState {
+	if es.exhausted {
+		return nil
+	}
+	p, err := es.searcher.Propose()
+	es.dirty = true
+	it.touchExp(es)
+	switch {
+	case errors.Is(err, search.ErrExhausted):
+		es.exhausted = true
+		return nil
+	case errors.Is(err, search.ErrWait):
+		if running == 0 && !hasLive(es) {
+			c.log.Warn("searcher waits with nothing running; ending the search", "experiment", es.exp.ID)
+			es.exhausted = true
+		}
+		return nil
+	case err != nil:
+		c.log.Error("searcher failed", "experiment", es.exp.ID, "err", err)
+		es.exhausted = true
+		return nil
+	}
+	if p.Resume != 0 {
+		ts := c.trials[p.Resume]
+		if ts == nil || ts.exp != es || ts.t.State.Terminal() || ts.attempt != nil {
+			c.log.Error("searcher asked to resume a trial that cannot be resumed", "experiment", es.exp.ID, "trial", p.Resume)
+			return nil
+		}
+		ts.t.State, ts.t.Message = virga.TrialQueued, "resumed by the searcher"
+		it.touchTrial(ts)
+		return ts
+	}
+	now := c.now()
+	ts := &trialState{exp: es, t: &virga.Trial{
+		ExperimentID: es.exp.ID, Seq: len(es.trials) + 1, Request: p.ID, State: virga.TrialQueued,
+		HParams: p.HParams, CreatedAt: now,
+	}}
+	es.trials = append(es.trials, ts)
+	it.touchTrial(ts)
+	return ts
+}
+
+func hasLive(es *expState) bool {
+	for _, ts := range es.trials {
+		if ts.attempt != nil || ts.t.State == virga.TrialQueued {
+			return true
+		}
+	}
+	return false
+}
+
+type launch struct {
+	ts      *trialState
+	la      *liveAttempt
+	spec    *backend.StartSpec
+	restore string
+}
+
+// fill sets the IDs that are known only once the attempt is committed.
+func (l *launch) fill(c *Controller) {
+	a := l.ts.attempt
+	l.la.attemptID = a.ID
+	if l.spec != nil {
+		l.spec.AttemptID = a.ID
+		l.spec.ReportURL = c.reportURL(a.ID)
+		l.spec.Env["VIRGA_ATTEMPT_ID"] = strconv.FormatInt(a.ID, 10)
+		l.spec.Env["VIRGA_REPORT_URL"] = l.spec.ReportURL
+	}
+}
+
+const apiBackend = "api"
+
+// createAttempts adds an attempt for each trial that starts.
+func (c *Controller) createAttempts(it *iteration, trials []*trialState) []launch {
+	now := c.now()
+	var out []launch
+	for _, ts := range trials {
+		t, es := ts.t, ts.exp
+		n := t.Attempts + 1
+		a := &virga.Attempt{TrialID: t.ID, Number: n, State: virga.AttemptStarting, Backend: c.cfg.Backend.Name(),
+			Restored: t.Checkpoint, Dir: c.AttemptDir(t.ID, n), CreatedAt: now}
+		_, asked := it.asks[ts]
+		if asked {
+			a.Backend, a.State, a.StartedAt, a.Dir = apiBackend, virga.AttemptRunning, now, ""
+		}
+		t.Attempts = n
+		t.State = virga.TrialRunning
+		t.Message = ""
+		ts.attempt = a
+		ts.started = now
+		ts.stopping = notStopping
+		it.b.Attempts = append(it.b.Attempts, a)
+		it.touchTrial(ts)
+		it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, Kind: "attempt.created",
+			Message: "attempt " + strconv.Itoa(n) + " from " + ckptName(t.Checkpoint), Time: now})
+		la := &liveAttempt{trialID: t.ID, experimentID: es.exp.ID, ckptDir: c.ckptDir(t.ID), lastID: t.Checkpoint}
+		if asked {
+			la.ckptDir = "" // API-driven trials have no checkpoint directory
+		}
+		l := launch{ts: ts, la: la, restore: t.Checkpoint}
+		if !asked {
+			l.spec = c.startSpec(ts, a)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func (c *Controller) ckptDir(trialID int64) string {
+	return c.TrialDir(trialID) + string(os.PathSeparator) + "checkpoint"
+}
+
+func (c *Controller) reportURL(attemptID int64) string {
+	return c.cfg.ReportBase + "/api/v1/attempts/" + strconv.FormatInt(attemptID, 10) + "/report"
+}
+
+// startSpec builds what the backend needs; the attempt ID is filled in after the commit.
+func (c *Controller) startSpec(ts *trialState, a *virga.Attempt) *backend.StartSpec {
+	t, es := ts.t, ts.exp
+	hp, _ := json.Marshal(t.HParams)
+	token := TrialToken(c.cfg.Secret, t.ID)
+	env := map[string]string{}
+	for k, v := range es.spec.Entrypoint.Env {
+		if filled, err := spec.FillString(v, t.HParams); err == nil {
+			env[k] = filled
+		} else {
+			env[k] = v
+		}
+	}
+	env["VIRGA_EXPERIMENT_ID"] = strconv.FormatInt(es.exp.ID, 10)
+	env["VIRGA_TRIAL_ID"] = strconv.FormatInt(t.ID, 10)
+	env["VIRGA_HPARAMS"] = string(hp)
+	env["VIRGA_CHECKPOINT_DIR"] = c.ckptDir(t.ID)
+	env["VIRGA_TOKEN"] = token
+	argv, err := spec.FillArgv(es.spec.Entrypoint.Argv, t.HParams)
+	if err != nil {
+		argv = es.spec.Entrypoint.Argv // validated at submission; keep going
+	}
+	return &backend.StartSpec{TrialID: t.ID, ExperimentID: es.exp.ID, Argv: argv, Env: env,
+		Workdir: es.spec.Entrypoint.Workdir, Resources: resources(es.spec), Dir: a.Dir, Token: token}
+}
+
+// launch prepares the attempt's directories (restoring the checkpoint) and
+// starts it, off the loop goroutine. A failure comes back as startFailed.
+func (c *Controller) launch(ctx context.Context, l launch) {
+	err := func() error {
+		l.la.mu.Lock()
+		defer l.la.mu.Unlock()
+		if err := os.MkdirAll(l.spec.Dir, 0o755); err != nil {
+			return fmtErr("creating attempt directory", err)
+		}
+		if l.restore != "" {
+			if err := c.cfg.Checkpoints.Restore(l.restore, l.la.ckptDir); err != nil {
+				return fmtErr("restoring checkpoint", err)
+			}
+		} else {
+			if err := os.RemoveAll(l.la.ckptDir); err != nil {
+				return fmtErr("clearing checkpoint directory", err)
+			}
+			if err := os.MkdirAll(l.la.ckptDir, 0o755); err != nil {
+				return fmtErr("creating checkpoint directory", err)
+			}
+		}
+		fp, err := checkpoint.Fingerprint(l.la.ckptDir)
+		if err != nil {
+			return fmtErr("fingerprinting checkpoint directory", err)
+		}
+		l.la.lastFP, l.la.lastID = fp, l.restore
+		return nil
+	}()
+	if err == nil {
+		err = c.cfg.Backend.Start(ctx, l.spec)
+	}
+	if err != nil {
+		_ = c.send(context.Background(), startFailed{attemptID: l.la.attemptID, err: err})
+	}
+}

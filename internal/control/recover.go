@@ -1,0 +1,202 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/search"
+	"github.com/virga-ml/virga/internal/spec"
+	"github.com/virga-ml/virga/internal/store"
+)
+
+// Asked is a trial created through the API (ask/tell): no process is started;
+// the caller reports with the attempt ID and the token, and ends it with Tell.
+type Asked struct {
+	Trial     *virga.Trial `json:"trial"`
+	AttemptID int64        `json:"attempt_id"`
+	Token     string       `json:"token"`
+}
+
+type askReq struct {
+	id    int64
+	reply chan result[Asked]
+}
+
+// Ask creates a trial of an API-driven experiment (one without an entrypoint)
+// from the searcher's next proposal. It returns an error wrapping
+// search.ErrExhausted when the search has no more trials to give now.
+func (c *Controller) Ask(ctx context.Context, experimentID int64) (Asked, error) {
+	r := &askReq{id: experimentID, reply: make(chan result[Asked], 1)}
+	return call(ctx, c, r, r.reply)
+}
+
+func (c *Controller) handleAsk(it *iteration, r *askReq) {
+	es := c.exps[r.id]
+	switch {
+	case es == nil:
+		if _, err := c.cfg.Store.Experiment(context.Background(), r.id); err != nil {
+			r.reply <- result[Asked]{err: err}
+			return
+		}
+		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d has ended: %w", r.id, virga.ErrConflict)}
+		return
+	case !es.spec.DriveByAPI():
+		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d runs its own trials (it has an entrypoint): %w", r.id, virga.ErrConflict)}
+		return
+	case es.exp.State != virga.ExperimentActive:
+		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d is %s: %w", r.id, es.exp.State, virga.ErrConflict)}
+		return
+	}
+	ts := c.propose(it, es, 1)
+	if ts == nil {
+		c.maybeFinish(it, es)
+		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d: %w", r.id, search.ErrExhausted)}
+		return
+	}
+	it.toStart = append(it.toStart, ts)
+	it.asks[ts] = r.reply
+}
+
+type tellReq struct {
+	attemptID int64
+	ok        bool
+	reply     chan result[*virga.Trial]
+}
+
+// Tell ends an API-driven trial's attempt: ok means it completed, otherwise it
+// failed (and is retried up to max_restarts, as a process would be).
+func (c *Controller) Tell(ctx context.Context, attemptID int64, ok bool) (*virga.Trial, error) {
+	r := &tellReq{attemptID: attemptID, ok: ok, reply: make(chan result[*virga.Trial], 1)}
+	return call(ctx, c, r, r.reply)
+}
+
+func (c *Controller) handleTell(it *iteration, r *tellReq) {
+	ts := c.attempts[r.attemptID]
+	if ts == nil || ts.attempt == nil || ts.attempt.Backend != apiBackend {
+		r.reply <- result[*virga.Trial]{err: ErrSuperseded}
+		return
+	}
+	code := 0
+	if !r.ok {
+		code = 1
+	}
+	c.handleExit(it, eventExit(r.attemptID, c.now(), &code), false)
+	it.after = append(it.after, func() { r.reply <- result[*virga.Trial]{v: cloneTrial(ts.t)} })
+}
+
+func eventExit(attemptID int64, now time.Time, code *int) backend.Event {
+	return backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: now, ExitCode: code}
+}
+
+func storeRef(ck virga.Checkpoint) store.CheckpointRef {
+	return store.CheckpointRef{TrialID: ck.TrialID, ID: ck.ID}
+}
+
+// recover rebuilds the loop's memory from the store: live experiments with
+// their searchers restored, their trials, and every attempt that was live when
+// the last server stopped, which the backend adopts (or reports lost).
+func (c *Controller) recover(ctx context.Context) (*iteration, error) {
+	it := newIteration()
+	exps, err := c.cfg.Store.Experiments(ctx, store.ExperimentFilter{States: []virga.ExperimentState{
+		virga.ExperimentActive, virga.ExperimentPaused, virga.ExperimentStopping}})
+	if err != nil {
+		return nil, fmtErr("listing live experiments", err)
+	}
+	now := c.now()
+	for i := len(exps) - 1; i >= 0; i-- { // oldest first
+		exp := exps[i]
+		es := &expState{exp: exp}
+		es.spec, err = spec.Parse(exp.SpecFile, exp.Spec)
+		if err == nil {
+			es.searcher, err = c.cfg.NewSearcher(es.spec, 1)
+		}
+		if err == nil {
+			err = es.searcher.Restore(exp.SearcherState)
+		}
+		if err != nil {
+			// The spec was valid when submitted; a newer Virga may disagree.
+			exp.State, exp.Message, exp.EndedAt = virga.ExperimentFailed, "cannot be recovered: "+err.Error(), now
+			it.b.Experiments = append(it.b.Experiments, exp)
+			continue
+		}
+		c.exps[exp.ID] = es
+		trials, err := c.cfg.Store.Trials(ctx, exp.ID)
+		if err != nil {
+			return nil, fmtErr("listing trials", err)
+		}
+		for _, t := range trials {
+			ts := &trialState{t: t, exp: es}
+			es.trials = append(es.trials, ts)
+			es.searcher.Created(t.Request, t.ID)
+			if t.State.Terminal() {
+				continue
+			}
+			c.trials[t.ID] = ts
+			if ts.ckpts, err = c.cfg.Store.Checkpoints(ctx, t.ID); err != nil {
+				return nil, fmtErr("listing checkpoints", err)
+			}
+		}
+		es.dirty = true
+		it.touchExp(es)
+	}
+	live, err := c.cfg.Store.LiveAttempts(ctx)
+	if err != nil {
+		return nil, fmtErr("listing live attempts", err)
+	}
+	adopter, canAdopt := c.cfg.Backend.(backend.Adopter)
+	for _, a := range live {
+		ts := c.trials[a.TrialID]
+		if ts == nil {
+			// Its experiment ended (or could not be recovered): settle the record.
+			a.State, a.Outcome, a.EndedAt, a.Message = virga.AttemptExited, virga.OutcomeLost, now, "found live after its trial ended"
+			it.b.Attempts = append(it.b.Attempts, a)
+			if canAdopt && a.Backend == c.cfg.Backend.Name() {
+				_ = adopter.Adopt(ctx, a, virga.Resources{})
+				_ = c.cfg.Backend.Stop(a.ID, 0)
+			}
+			continue
+		}
+		ts.attempt = a
+		ts.started = a.CreatedAt
+		c.attempts[a.ID] = ts
+		la := &liveAttempt{attemptID: a.ID, trialID: a.TrialID, experimentID: ts.exp.exp.ID,
+			ckptDir: c.ckptDir(a.TrialID), lastID: ts.t.Checkpoint}
+		if a.Backend == apiBackend {
+			la.ckptDir = ""
+		}
+		c.setLive(la)
+		c.startedSeen[a.ID] = true
+		switch ts.exp.exp.State {
+		case virga.ExperimentPaused:
+			ts.stopping = stopPause
+		case virga.ExperimentStopping:
+			ts.stopping = stopUser
+		}
+		if a.Backend == apiBackend {
+			continue
+		}
+		if a.Backend != c.cfg.Backend.Name() || !canAdopt {
+			c.pendingInputs = append(c.pendingInputs, startFailed{attemptID: a.ID,
+				err: fmt.Errorf("backend %q cannot adopt attempts of backend %q", c.cfg.Backend.Name(), a.Backend)})
+			continue
+		}
+		if err := adopter.Adopt(ctx, a, resources(ts.exp.spec)); err != nil {
+			return nil, fmt.Errorf("adopting attempt %d of trial %d: %w", a.ID, a.TrialID, err)
+		}
+		if ts.stopping != notStopping {
+			_ = c.cfg.Backend.Stop(a.ID, ts.exp.spec.StopGrace.D())
+		}
+		it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: a.TrialID, AttemptID: a.ID, Kind: "attempt.adopted", Time: now})
+	}
+	// Trials marked running whose attempt never got committed wait again.
+	for _, ts := range c.trials {
+		if ts.t.State == virga.TrialRunning && ts.attempt == nil {
+			ts.t.State, ts.t.Message = virga.TrialQueued, "requeued after a server restart"
+			it.touchTrial(ts)
+		}
+	}
+	return it, nil
+}

@@ -1,0 +1,347 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/search"
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+type submitReq struct {
+	file  string
+	data  []byte
+	spec  *spec.Experiment
+	reply chan result[*virga.Experiment]
+}
+
+// Submit validates an experiment file and, if it is valid, commits a new
+// experiment and starts it. A file with problems returns a *spec.Error and
+// writes nothing.
+func (c *Controller) Submit(ctx context.Context, file string, data []byte) (*virga.Experiment, error) {
+	e, err := spec.Parse(file, data)
+	if err != nil {
+		return nil, err
+	}
+	r := &submitReq{file: file, data: data, spec: e, reply: make(chan result[*virga.Experiment], 1)}
+	return call(ctx, c, r, r.reply)
+}
+
+func (c *Controller) handleSubmit(it *iteration, r *submitReq) {
+	seed := r.spec.Seed
+	if seed == 0 {
+		seed = c.cfg.Rand.Uint64()
+	}
+	s, err := c.cfg.NewSearcher(r.spec, seed)
+	if err != nil {
+		r.reply <- result[*virga.Experiment]{err: fmt.Errorf("%s: searcher: %w", r.file, err)}
+		return
+	}
+	snap, err := s.Snapshot()
+	if err != nil {
+		r.reply <- result[*virga.Experiment]{err: fmtErr("snapshot of new searcher", err)}
+		return
+	}
+	now := c.now()
+	exp := &virga.Experiment{Name: r.spec.Name, State: virga.ExperimentActive, Spec: r.data, SpecFile: r.file,
+		SearcherState: snap, CreatedAt: now, UpdatedAt: now}
+	es := &expState{exp: exp, spec: r.spec, searcher: s}
+	it.b.Experiments = append(it.b.Experiments, exp)
+	ev := &virga.Event{Kind: "experiment.created", Message: fmt.Sprintf("%s (seed %d)", r.file, seed), Time: now}
+	it.after = append(it.after, func() {
+		c.exps[exp.ID] = es
+		e := *exp
+		r.reply <- result[*virga.Experiment]{v: &e}
+	})
+	// The event needs the experiment ID: record it in the next pass.
+	it.after = append(it.after, func() {
+		ev.ExperimentID = exp.ID
+		c.pendingEvents = append(c.pendingEvents, ev)
+	})
+	it.again = true
+}
+
+// Report is one metric report of an attempt.
+type Report struct {
+	Step    int64              `json:"step"`
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+// Validate checks a report's content.
+func (r *Report) Validate() error {
+	if r.Step < 0 {
+		return fmt.Errorf("step: must be >= 0 (got %d)", r.Step)
+	}
+	for k, v := range r.Metrics {
+		if k == "" {
+			return errors.New("metrics: names must not be empty")
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("metrics.%s: must be a finite number", k)
+		}
+	}
+	return nil
+}
+
+type reportReq struct {
+	attemptID int64
+	rep       Report
+	ckpt      *checkpoint.Info
+	time      time.Time
+	reply     chan result[search.Decision]
+}
+
+// AttemptTrial returns the trial of a live attempt, for authorising reports.
+func (c *Controller) AttemptTrial(attemptID int64) (trialID int64, ok bool) {
+	la := c.liveAttempt(attemptID)
+	if la == nil {
+		return 0, false
+	}
+	return la.trialID, true
+}
+
+// Report records a metric report of a live attempt: it saves the trial's
+// checkpoint directory if it changed, commits the metric (and checkpoint)
+// durably, and returns the searcher's decision. ErrSuperseded means the
+// attempt is no longer current.
+func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (search.Decision, error) {
+	if err := rep.Validate(); err != nil {
+		return search.Continue, err
+	}
+	la := c.liveAttempt(attemptID)
+	if la == nil {
+		return search.Stop, ErrSuperseded
+	}
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	r := &reportReq{attemptID: attemptID, rep: rep, time: c.now(), reply: make(chan result[search.Decision], 1)}
+	var newFP string
+	if la.ckptDir != "" {
+		fp, err := checkpoint.Fingerprint(la.ckptDir)
+		if err != nil {
+			return search.Continue, fmtErr("reading checkpoint directory", err)
+		}
+		if fp != la.lastFP {
+			info, err := c.cfg.Checkpoints.Save(la.ckptDir)
+			if err != nil {
+				return search.Continue, fmtErr("saving checkpoint", err)
+			}
+			if info.ID != "" && info.ID != la.lastID {
+				r.ckpt = &info
+			}
+			newFP = fp
+		}
+	}
+	d, err := call(ctx, c, r, r.reply)
+	if err == nil && newFP != "" {
+		la.lastFP = newFP
+		if r.ckpt != nil {
+			la.lastID = r.ckpt.ID
+		}
+	}
+	return d, err
+}
+
+func (c *Controller) handleReport(it *iteration, r *reportReq) {
+	ts := c.attempts[r.attemptID]
+	if ts == nil || ts.attempt == nil || ts.attempt.ID != r.attemptID {
+		r.reply <- result[search.Decision]{v: search.Stop, err: ErrSuperseded}
+		return
+	}
+	t, es := ts.t, ts.exp
+	it.b.Metrics = append(it.b.Metrics, virga.Metric{TrialID: t.ID, AttemptID: r.attemptID, Step: r.rep.Step, Values: r.rep.Metrics, Time: r.time})
+	t.Step = r.rep.Step
+	if r.ckpt != nil {
+		ck := virga.Checkpoint{ID: r.ckpt.ID, TrialID: t.ID, AttemptID: r.attemptID, Step: r.rep.Step, Size: r.ckpt.Size, Files: r.ckpt.Files, Time: r.time}
+		it.b.Checkpoints = append(it.b.Checkpoints, ck)
+		t.Checkpoint = ck.ID
+		ts.ckpts = append(ts.ckpts, ck)
+		c.retain(it, ts)
+	}
+	it.touchTrial(ts)
+	d := search.Continue
+	if v, ok := r.rep.Metrics[es.spec.Objective.Metric]; ok {
+		v := v
+		t.Latest = &v
+		if t.Best == nil || es.spec.Objective.Better(v, *t.Best) {
+			b := v
+			t.Best, t.BestStep = &b, r.rep.Step
+		}
+		d = es.searcher.Observe(t.ID, r.rep.Step, v)
+		es.dirty = true
+	}
+	if ts.stopping != notStopping {
+		d = search.Stop
+	} else if d != search.Continue {
+		ts.stopping = stopEarly
+		if d == search.Pause {
+			ts.stopping = stopPause
+		}
+		a := ts.attempt
+		grace := es.spec.StopGrace.D()
+		it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: "trial.decision",
+			Message: fmt.Sprintf("%s at step %d", d, r.rep.Step), Time: r.time})
+		if a.Backend != apiBackend {
+			it.after = append(it.after, func() { _ = c.cfg.Backend.Stop(a.ID, grace) })
+		}
+		// A searcher pause is resumed by the searcher, not by the user.
+		if d == search.Pause {
+			d = search.Stop
+		}
+	}
+	it.after = append(it.after, func() { r.reply <- result[search.Decision]{v: d} })
+}
+
+// retain drops the trial's checkpoints beyond keep_last, oldest first.
+func (c *Controller) retain(it *iteration, ts *trialState) {
+	keep := ts.exp.spec.Checkpoints.KeepLast
+	if keep < 1 {
+		keep = 1
+	}
+	for len(ts.ckpts) > keep {
+		old := ts.ckpts[0]
+		ts.ckpts = ts.ckpts[1:]
+		if old.ID == ts.t.Checkpoint {
+			continue
+		}
+		it.b.DeleteCheckpoints = append(it.b.DeleteCheckpoints, storeRef(old))
+		if c.checkpointShared(ts, old.ID) {
+			continue
+		}
+		id := old.ID
+		it.after = append(it.after, func() {
+			if err := c.cfg.Checkpoints.Delete(id); err != nil {
+				c.log.Warn("deleting old checkpoint", "id", id, "err", err)
+			}
+		})
+	}
+}
+
+// checkpointShared reports whether another trial in memory (or the same trial's
+// retained list) still refers to the content id.
+func (c *Controller) checkpointShared(self *trialState, id string) bool {
+	for _, ck := range self.ckpts {
+		if ck.ID == id {
+			return true
+		}
+	}
+	for _, ts := range c.trials {
+		if ts == self {
+			continue
+		}
+		if ts.t.Checkpoint == id {
+			return true
+		}
+		for _, ck := range ts.ckpts {
+			if ck.ID == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Op is a user action on an experiment.
+type Op string
+
+// Operations.
+const (
+	OpStop   Op = "stop"
+	OpPause  Op = "pause"
+	OpResume Op = "resume"
+)
+
+type opReq struct {
+	id    int64
+	op    Op
+	reply chan result[*virga.Experiment]
+}
+
+// Control applies a user action to an experiment and returns its new state.
+// Acting on a terminal experiment returns an error wrapping virga.ErrConflict.
+func (c *Controller) Control(ctx context.Context, experimentID int64, op Op) (*virga.Experiment, error) {
+	switch op {
+	case OpStop, OpPause, OpResume:
+	default:
+		return nil, fmt.Errorf("unknown operation %q (want stop, pause or resume)", op)
+	}
+	r := &opReq{id: experimentID, op: op, reply: make(chan result[*virga.Experiment], 1)}
+	return call(ctx, c, r, r.reply)
+}
+
+func (c *Controller) handleOp(it *iteration, r *opReq) {
+	es := c.exps[r.id]
+	if es == nil {
+		exp, err := c.cfg.Store.Experiment(context.Background(), r.id)
+		if err != nil {
+			r.reply <- result[*virga.Experiment]{err: err}
+			return
+		}
+		r.reply <- result[*virga.Experiment]{err: fmt.Errorf("experiment %d is %s: %w", r.id, exp.State, virga.ErrConflict)}
+		return
+	}
+	now := c.now()
+	prev := es.exp.State
+	switch r.op {
+	case OpStop:
+		es.exp.State, es.exp.Message = virga.ExperimentStopping, "stopping at user request"
+		for _, ts := range es.trials {
+			switch {
+			case ts.attempt != nil:
+				c.stopAttempt(it, ts, stopUser)
+			case !ts.t.State.Terminal():
+				c.endTrial(it, ts, virga.TrialStopped, "stopped by user", search.Stopped, now)
+			}
+		}
+	case OpPause:
+		if prev != virga.ExperimentActive {
+			r.reply <- result[*virga.Experiment]{err: fmt.Errorf("experiment %d is %s, not ACTIVE: %w", r.id, prev, virga.ErrConflict)}
+			return
+		}
+		es.exp.State, es.exp.Message = virga.ExperimentPaused, "paused by user"
+		for _, ts := range es.trials {
+			if ts.attempt != nil {
+				c.stopAttempt(it, ts, stopPause)
+			}
+		}
+	case OpResume:
+		if prev != virga.ExperimentPaused {
+			r.reply <- result[*virga.Experiment]{err: fmt.Errorf("experiment %d is %s, not PAUSED: %w", r.id, prev, virga.ErrConflict)}
+			return
+		}
+		es.exp.State, es.exp.Message = virga.ExperimentActive, ""
+		for _, ts := range es.trials {
+			if ts.t.State == virga.TrialPaused && ts.t.Message == pausedByUser {
+				ts.t.State, ts.t.Message = virga.TrialQueued, "resumed by user"
+				it.touchTrial(ts)
+			}
+		}
+	}
+	it.touchExp(es)
+	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment." + string(r.op), Message: "user request", Time: now})
+	c.maybeFinish(it, es)
+	it.after = append(it.after, func() {
+		e := *es.exp
+		r.reply <- result[*virga.Experiment]{v: &e}
+	})
+}
+
+// stopAttempt asks the backend to stop a trial's live attempt for a reason.
+func (c *Controller) stopAttempt(it *iteration, ts *trialState, why stopReason) {
+	if ts.stopping == notStopping || why == stopUser {
+		ts.stopping = why
+	}
+	a := ts.attempt
+	if a.Backend == apiBackend {
+		code := 0
+		c.handleExit(it, eventExit(a.ID, c.now(), &code), false)
+		return
+	}
+	grace := ts.exp.spec.StopGrace.D()
+	it.after = append(it.after, func() { _ = c.cfg.Backend.Stop(a.ID, grace) })
+}

@@ -1,0 +1,291 @@
+// Package server assembles a Virga server from its parts (store, local
+// backend, checkpoints, control loop, API) over one data directory, for
+// `virga server` and for the server `virga run` embeds. It owns start-up and
+// shutdown order and the data directory's lock; it holds no logic of its own.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/backend/local"
+	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/store"
+	"github.com/virga-ml/virga/internal/store/storeopen"
+)
+
+// Config describes a server.
+type Config struct {
+	// Listen is the address to listen on. Empty: the address this data
+	// directory's last server used, or 127.0.0.1 on a free port.
+	Listen string
+	// DataDir holds the database (by default), logs and checkpoints.
+	DataDir string
+	// DB is the store URL; empty means SQLite at DataDir/virga.db.
+	DB string
+	// Capacity is the local backend's capacity; zero means this machine's.
+	Capacity virga.Resources
+	// ShimCommand runs the trial shim; nil means this executable's "shim" subcommand.
+	ShimCommand []string
+	Version     string
+	Logger      *slog.Logger
+}
+
+// Server is a running Virga server.
+type Server struct {
+	URL       string // base URL, e.g. http://127.0.0.1:7070
+	TokenFile string // where the admin token is stored
+	Token     string // the admin token
+
+	cfg     Config
+	ctl     *control.Controller
+	st      store.Store
+	be      *local.Backend
+	httpSrv *http.Server
+	lock    *os.File
+	cancel  context.CancelFunc
+	runErr  chan error
+}
+
+// Info is what server.json records about the server that owns a data directory.
+type Info struct {
+	URL string `json:"url"`
+	PID int    `json:"pid"`
+}
+
+// ErrBusy means another server owns the data directory.
+var ErrBusy = errors.New("another Virga server owns this data directory")
+
+// Running returns the server that owns dataDir now, if any.
+func Running(dataDir string) (Info, bool) {
+	f, err := os.OpenFile(filepath.Join(dataDir, "server.lock"), os.O_RDWR, 0)
+	if err != nil {
+		return Info{}, false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return Info{}, false
+	}
+	var info Info
+	b, err := os.ReadFile(filepath.Join(dataDir, "server.json"))
+	if err != nil || json.Unmarshal(b, &info) != nil || info.URL == "" {
+		return Info{}, false
+	}
+	return info, true
+}
+
+// Start opens everything, recovers the state and starts serving.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DataDir = dir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating data directory: %w", err)
+	}
+	s := &Server{cfg: cfg, runErr: make(chan error, 1)}
+	ok := false
+	defer func() {
+		if !ok {
+			s.closeParts()
+		}
+	}()
+	// 1. Own the data directory.
+	s.lock, err = os.OpenFile(filepath.Join(dir, "server.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(s.lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if info, running := Running(dir); running {
+			return nil, fmt.Errorf("%s: %w (pid %d at %s)", dir, ErrBusy, info.PID, info.URL)
+		}
+		return nil, fmt.Errorf("%s: %w", dir, ErrBusy)
+	}
+	// 2. Store, secrets, checkpoints, backend.
+	dbURL := cfg.DB
+	if dbURL == "" {
+		dbURL = filepath.Join(dir, "virga.db")
+	}
+	if s.st, err = storeopen.Open(ctx, dbURL); err != nil {
+		return nil, fmt.Errorf("opening store: %w", err)
+	}
+	secret, err := readOrCreate(filepath.Join(dir, "secret"), 32)
+	if err != nil {
+		return nil, err
+	}
+	s.TokenFile = filepath.Join(dir, "admin-token")
+	if s.Token, err = s.adminToken(ctx); err != nil {
+		return nil, err
+	}
+	cks, err := checkpoint.Open(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		return nil, err
+	}
+	if s.be, err = local.New(local.Config{Capacity: cfg.Capacity, ShimCommand: cfg.ShimCommand}); err != nil {
+		return nil, err
+	}
+	// 3. Listen (the report URL must be known before trials start).
+	listen := cfg.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+		if b, err := os.ReadFile(filepath.Join(dir, "server.json")); err == nil {
+			var info Info
+			if json.Unmarshal(b, &info) == nil && strings.HasPrefix(info.URL, "http://127.0.0.1:") {
+				prev := strings.TrimPrefix(info.URL, "http://")
+				if l, err := net.Listen("tcp", prev); err == nil {
+					_ = l.Close()
+					listen = prev // keep the address trials already know
+				}
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", listen, err)
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	s.URL = "http://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
+	s.ctl, err = control.New(control.Config{Store: s.st, Backend: s.be, Checkpoints: cks, DataDir: dir,
+		ReportBase: s.URL, Secret: secret, Logger: cfg.Logger})
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	apiSrv := api.New(api.Config{Control: s.ctl, Store: s.st, RequireAuth: !addr.IP.IsLoopback(), Logger: cfg.Logger, Version: cfg.Version})
+	s.httpSrv = &http.Server{Handler: apiSrv, ReadHeaderTimeout: 10 * time.Second}
+	// 4. Recover and run the control loop, then serve.
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() { s.runErr <- s.ctl.Run(runCtx) }()
+	go func() { _ = s.httpSrv.Serve(ln) }()
+	info, _ := json.Marshal(Info{URL: s.URL, PID: os.Getpid()})
+	if err := writeFileAtomic(filepath.Join(dir, "server.json"), info, 0o644); err != nil {
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+// Controller returns the server's control loop (for embedding and tests).
+func (s *Server) Controller() *control.Controller { return s.ctl }
+
+// Store returns the server's store.
+func (s *Server) Store() store.Store { return s.st }
+
+// Done is closed if the control loop stops on its own (a failed commit).
+func (s *Server) Done() <-chan struct{} { return s.ctl.Done() }
+
+// Close stops serving and closes everything. Running trials keep running and
+// are adopted by the next server on this data directory.
+func (s *Server) Close() error {
+	if s.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = s.httpSrv.Shutdown(ctx)
+		cancel()
+	}
+	var err error
+	if s.cancel != nil {
+		s.cancel()
+		err = <-s.runErr
+	}
+	s.closeParts()
+	return err
+}
+
+func (s *Server) closeParts() {
+	if s.be != nil {
+		_ = s.be.Close()
+	}
+	if s.st != nil {
+		_ = s.st.Close()
+	}
+	if s.lock != nil {
+		_ = s.lock.Close()
+	}
+}
+
+// adminToken reads the admin token file, creating the token on first start,
+// and makes sure the store knows its hash.
+func (s *Server) adminToken(ctx context.Context) (string, error) {
+	raw, err := readOrCreate(s.TokenFile, 24)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(raw))
+	sum := sha256.Sum256([]byte(tok))
+	if _, err := s.st.TokenByHash(ctx, sum[:]); errors.Is(err, virga.ErrNotFound) {
+		if err := s.st.PutToken(ctx, &store.Token{Name: "admin", Hash: sum[:], CreatedAt: time.Now()}); err != nil {
+			return "", fmt.Errorf("storing the admin token: %w", err)
+		}
+		s.cfg.Logger.Info("created the admin API token", "file", s.TokenFile)
+	} else if err != nil {
+		return "", err
+	}
+	return tok, nil
+}
+
+// readOrCreate returns a file's content, creating it with n random bytes
+// (hex-encoded) if it does not exist.
+func readOrCreate(path string, n int) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return []byte(strings.TrimSpace(string(b))), nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	buf := make([]byte, n)
+	if _, err := rand.Read(buf); err != nil {
+		return nil, err
+	}
+	v := []byte(hex.EncodeToString(buf))
+	if err := writeFileAtomic(path, append(v, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
