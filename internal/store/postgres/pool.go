@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
+
+// closeTimeout bounds the goodbye to the server when a connection is closed.
+const closeTimeout = 5 * time.Second
 
 // errClosed is returned by a pool that has been closed.
 var errClosed = errors.New("store is closed")
@@ -66,7 +70,9 @@ func (p *pool) release(c *pgx.Conn) {
 	}
 	p.mu.Unlock()
 	if !reuse {
-		c.Close(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		c.Close(ctx)
 	}
 }
 
@@ -76,9 +82,11 @@ func (p *pool) close() error {
 	idle := p.idle
 	p.idle, p.shut = nil, true
 	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
 	var errs []error
 	for _, c := range idle {
-		errs = append(errs, c.Close(context.Background()))
+		errs = append(errs, c.Close(ctx))
 	}
 	return errors.Join(errs...)
 }

@@ -76,7 +76,7 @@ func (e *encoder) fail(err error) {
 }
 
 // float returns p's value, or nil (NULL) when p is nil or NaN (SQLite cannot
-// store NaN; both stores read it back as nil).
+// store NaN, so neither store does: both read it back as nil).
 func float(p *float64) any {
 	if p == nil || math.IsNaN(*p) {
 		return nil

@@ -34,8 +34,9 @@ func WithReopen(reopen func(t *testing.T, s store.Store) store.Store) Option {
 	return func(c *config) { c.reopen = reopen }
 }
 
-// Run runs the conformance suite as subtests. open must return a new, empty,
-// isolated store for each call and close it when t ends.
+// Run runs the conformance suite as parallel subtests. open must return a
+// new, empty, isolated store for each call (it is called from several
+// goroutines at once) and close it when t ends.
 func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 	var c config
 	for _, o := range opts {
@@ -65,10 +66,16 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"Concurrent", testConcurrent},
 		{"LargeBatch", testLargeBatch},
 	}
+	// Each subtest has a store of its own, so they run in parallel: most of
+	// their time is spent waiting for commits to reach the disk.
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, open(t))
+		})
 	}
 	t.Run("Reopen", func(t *testing.T) {
+		t.Parallel()
 		if c.reopen == nil {
 			t.Skip("the store gave no WithReopen option")
 		}
