@@ -32,6 +32,13 @@ import (
 const DefaultMaxConns = 8
 
 // Store is a store.Store on a PostgreSQL database.
+//
+// Values round-trip exactly, with these rules shared by both stores: times
+// come back in UTC to the nanosecond (years 1678 to 2262; the zero time is
+// stored as NULL and comes back zero); Trial.HParams goes through JSON, so
+// every number, integers included, comes back as float64; a NaN Latest or
+// Best is stored as NULL and comes back nil; NaN and infinite metric values
+// round-trip; empty byte slices come back nil.
 type Store struct {
 	pool      *pool
 	closeOnce sync.Once
