@@ -82,6 +82,7 @@ type Controller struct {
 	now   func() time.Time
 	inbox chan input
 	done  chan struct{} // closed when Run returns
+	ready chan struct{} // closed when recovery is done and requests are served
 
 	// live maps attempt IDs to what report handlers need; written by the loop only.
 	liveMu sync.RWMutex
@@ -180,6 +181,7 @@ func New(cfg Config) (*Controller, error) {
 		now:         cfg.Now,
 		inbox:       make(chan input, 8192),
 		done:        make(chan struct{}),
+		ready:       make(chan struct{}),
 		live:        map[int64]*liveAttempt{},
 		subs:        map[chan Update]int64{},
 		exps:        map[int64]*expState{},
@@ -246,6 +248,10 @@ func (c *Controller) publish(ups map[int64]*Update) {
 		}
 	}
 }
+
+// Ready is closed once Run has recovered the state from the store. Until then
+// no attempt is known, so reports must not be answered before it.
+func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
 // Done is closed when Run has returned.
 func (c *Controller) Done() <-chan struct{} { return c.done }

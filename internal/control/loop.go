@@ -71,6 +71,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.err = err
 		return err
 	}
+	close(c.ready)
 	tick := time.NewTicker(c.cfg.TickInterval)
 	defer tick.Stop()
 	events := c.cfg.Backend.Events()

@@ -182,6 +182,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() { s.runErr <- s.ctl.Run(runCtx) }()
+	// Serve only once recovery is done: before that no attempt is known, and a
+	// report would be refused as superseded.
+	select {
+	case <-s.ctl.Ready():
+	case <-s.ctl.Done():
+		_ = ln.Close()
+		return nil, fmt.Errorf("recovering state: %w", <-s.runErr)
+	}
 	go func() { _ = s.httpSrv.Serve(ln) }()
 	info, _ := json.Marshal(Info{URL: s.URL, PID: os.Getpid()})
 	if err := writeFileAtomic(filepath.Join(dir, "server.json"), info, 0o644); err != nil {
