@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -33,7 +34,8 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("error %T %q is not an *Error with problems", err, err)
 			}
 			for _, p := range perr.Problems {
-				if p.File != "fuzz.yaml" || p.Msg == "" || strings.Contains(p.Msg, "%!") {
+				badVerb := strings.Contains(p.Msg, "%!") && !bytes.Contains(data, []byte("%!"))
+				if p.File != "fuzz.yaml" || p.Msg == "" || badVerb {
 					t.Fatalf("malformed problem %+v", p)
 				}
 			}

@@ -44,7 +44,7 @@ func (h *Hyperparameter) GridValues() []any {
 		return out
 	case HPInt:
 		lo, hi := math.Ceil(h.Min), math.Floor(h.Max)
-		if !(lo <= hi) || math.IsInf(lo, 0) || math.IsInf(hi, 0) {
+		if !(lo <= hi) || math.Abs(lo) > maxExactInt || math.Abs(hi) > maxExactInt {
 			return nil
 		}
 		span := hi - lo + 1
@@ -53,9 +53,10 @@ func (h *Hyperparameter) GridValues() []any {
 			limit = float64(min(h.Count, MaxCount))
 		}
 		if span <= limit {
+			// Count in int64: past 2^53, v++ on a float64 may not move.
 			out := make([]any, 0, int(span))
-			for v := lo; v <= hi; v++ {
-				out = append(out, int64(v))
+			for v, end := int64(lo), int64(hi); v <= end; v++ {
+				out = append(out, v)
 			}
 			return out
 		}

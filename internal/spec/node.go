@@ -239,12 +239,16 @@ func (p *parser) integer(n *yaml.Node, path string) (int64, bool) {
 			if err := n.Decode(&i); err == nil {
 				return i, true
 			}
-			p.at(n, path, "integer %s is out of range", clip(n.Value))
+			p.at(n, path, "integer %s does not fit in 64 bits", clip(n.Value))
 			return 0, false
 		case "!!float":
 			var f float64
-			if err := n.Decode(&f); err == nil && f == math.Trunc(f) && math.Abs(f) <= maxExactInt {
-				return int64(f), true
+			if err := n.Decode(&f); err == nil && f == math.Trunc(f) {
+				if math.Abs(f) <= maxExactInt {
+					return int64(f), true
+				}
+				p.at(n, path, "number %s is too large for an integer here (at most 2^53)", clip(n.Value))
+				return 0, false
 			}
 		}
 	}
@@ -292,7 +296,7 @@ func (p *parser) scalarValue(n *yaml.Node, path string) (any, bool) {
 	case "!!int":
 		var i int64
 		if err := n.Decode(&i); err != nil {
-			p.at(n, path, "integer %s is out of range (at most 64 bits)", clip(n.Value))
+			p.at(n, path, "integer %s does not fit in 64 bits", clip(n.Value))
 			return nil, false
 		}
 		return i, true

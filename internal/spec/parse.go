@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -19,11 +20,16 @@ const MaxFileSize = 1 << 20
 
 // Defaults applied when the file leaves a field out.
 const (
+	// DefaultMaxConcurrent is max_concurrent's default.
 	DefaultMaxConcurrent = 1
-	DefaultMaxRestarts   = 3
-	DefaultStopGrace     = Duration(120e9) // 120s
-	DefaultCPU           = 1.0
-	DefaultKeepLast      = 2
+	// DefaultMaxRestarts is max_restarts's default.
+	DefaultMaxRestarts = 3
+	// DefaultStopGrace is stop_grace's default, 120s.
+	DefaultStopGrace = Duration(120 * time.Second)
+	// DefaultCPU is resources.cpu's default, one core.
+	DefaultCPU = 1.0
+	// DefaultKeepLast is checkpoints.keep_last's default.
+	DefaultKeepLast = 2
 	// maxGridTrials bounds the trials a grid search may default to; a larger
 	// grid needs an explicit max_trials.
 	maxGridTrials = 100000
@@ -426,9 +432,7 @@ func (p *parser) setting(n *yaml.Node, path string, kind SettingKind) (any, bool
 func (p *parser) objective(n *yaml.Node) Objective {
 	o := Objective{Direction: Minimize}
 	if n.Kind == yaml.ScalarNode {
-		if m, ok := p.str(n, "objective"); ok {
-			o.Metric = m
-		}
+		o.Metric = p.metric(n, "objective")
 		return o
 	}
 	f, ok := p.mapping(n, "objective", "a metric name or {metric: ..., direction: ...}", objectiveFields)
@@ -437,8 +441,8 @@ func (p *parser) objective(n *yaml.Node) Objective {
 	}
 	if m := f.get("metric"); m == nil {
 		p.missing(f, "objective.metric", "required; the name of a reported metric, e.g. val_loss")
-	} else if s, ok := p.str(m, "objective.metric"); ok {
-		o.Metric = s
+	} else {
+		o.Metric = p.metric(m, "objective.metric")
 	}
 	if d := f.get("direction"); d != nil {
 		if s, ok := p.str(d, "objective.direction"); ok {
@@ -455,6 +459,16 @@ func (p *parser) objective(n *yaml.Node) Objective {
 		}
 	}
 	return o
+}
+
+// metric reads a metric name: a non-empty string.
+func (p *parser) metric(n *yaml.Node, path string) string {
+	s, ok := p.str(n, path)
+	if ok && strings.TrimSpace(s) == "" {
+		p.at(n, path, "must not be empty; give the name of a reported metric, e.g. val_loss")
+		return ""
+	}
+	return s
 }
 
 // resources reads {cpu, memory, gpu} into r, which holds the defaults.

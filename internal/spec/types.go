@@ -1,6 +1,3 @@
-// Package spec owns the experiment file: its types, defaults, parsing and
-// validation with file:line:col positions. It never touches the store or runs
-// anything; a parsed *Experiment is a plain value the rest of Virga reads.
 package spec
 
 import "time"

@@ -217,6 +217,7 @@ func TestGridValues(t *testing.T) {
 		{name: "int log collisions", h: Hyperparameter{Type: HPInt, Min: 1, Max: 10, Log: true, Count: 8}, want: []any{int64(1), int64(2), int64(3), int64(4), int64(5), int64(7), int64(10)}},
 		{name: "int log rounding", h: Hyperparameter{Type: HPInt, Min: 1, Max: 200, Log: true, Count: 8}, want: []any{int64(1), int64(2), int64(5), int64(10), int64(21), int64(44), int64(94), int64(200)}},
 		{name: "int wide no count", h: Hyperparameter{Type: HPInt, Min: 1, Max: 1001}, want: []any{int64(1), int64(251), int64(501), int64(751), int64(1001)}},
+		{name: "int near 2^53", h: Hyperparameter{Type: HPInt, Min: 1<<53 - 2, Max: 1 << 53}, want: []any{int64(1<<53 - 2), int64(1<<53 - 1), int64(1 << 53)}},
 		{name: "unknown type", h: Hyperparameter{Type: "x"}, want: nil},
 	}
 	approx := cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math.Abs(a)) })
