@@ -104,9 +104,9 @@ type Trial struct {
 	Request      string         `json:"request"` // the searcher's proposal ID that created it
 	State        TrialState     `json:"state"`
 	HParams      map[string]any `json:"hparams"`
-	Attempts     int            `json:"attempts"` // attempts started so far
-	Restarts     int            `json:"restarts"` // failed attempts that were restarted
-	Step         int64          `json:"step"`     // latest reported step
+	Attempts     int            `json:"attempts"`         // attempts started so far
+	Restarts     int            `json:"restarts"`         // failed attempts that were restarted
+	Step         int64          `json:"step"`             // latest reported step
 	Latest       *float64       `json:"latest,omitempty"` // latest objective value
 	Best         *float64       `json:"best,omitempty"`   // best objective value so far
 	BestStep     int64          `json:"best_step"`
@@ -119,21 +119,21 @@ type Trial struct {
 
 // Attempt is one run of a trial's process.
 type Attempt struct {
-	ID         int64        `json:"id"`
-	TrialID    int64        `json:"trial_id"`
-	Number     int          `json:"number"` // 1-based within the trial
-	State      AttemptState `json:"state"`
-	Outcome    Outcome      `json:"outcome,omitempty"`
-	Backend    string       `json:"backend"`
-	PID        int          `json:"pid,omitempty"`  // the trial process (local backend)
-	ExitCode   *int         `json:"exit_code,omitempty"`
-	Signal     string       `json:"signal,omitempty"`   // signal that ended the process, e.g. "killed"
-	Restored   string       `json:"restored,omitempty"` // checkpoint ID restored before it started
-	Dir        string       `json:"dir,omitempty"`      // per-attempt directory (logs, exit status)
-	Message    string       `json:"message,omitempty"`
-	CreatedAt  time.Time    `json:"created_at"`
-	StartedAt  time.Time    `json:"started_at,omitzero"`
-	EndedAt    time.Time    `json:"ended_at,omitzero"`
+	ID        int64        `json:"id"`
+	TrialID   int64        `json:"trial_id"`
+	Number    int          `json:"number"` // 1-based within the trial
+	State     AttemptState `json:"state"`
+	Outcome   Outcome      `json:"outcome,omitempty"`
+	Backend   string       `json:"backend"`
+	PID       int          `json:"pid,omitempty"` // the trial process (local backend)
+	ExitCode  *int         `json:"exit_code,omitempty"`
+	Signal    string       `json:"signal,omitempty"`   // signal that ended the process, e.g. "killed"
+	Restored  string       `json:"restored,omitempty"` // checkpoint ID restored before it started
+	Dir       string       `json:"dir,omitempty"`      // per-attempt directory (logs, exit status)
+	Message   string       `json:"message,omitempty"`
+	CreatedAt time.Time    `json:"created_at"`
+	StartedAt time.Time    `json:"started_at,omitzero"`
+	EndedAt   time.Time    `json:"ended_at,omitzero"`
 }
 
 // Metric is one report of a trial: the values at a step. A trial has at most one
