@@ -228,7 +228,7 @@ func splitCommand(s string) ([]string, error) {
 			}
 		case c == '\\':
 			if i+1 >= len(s) {
-				return nil, errors.New("command ends with a lone backslash")
+				return nil, errors.New(`command ends with a lone backslash; write \\ for a literal one`)
 			}
 			i++
 			if s[i] != '\n' {
@@ -238,7 +238,7 @@ func splitCommand(s string) ([]string, error) {
 		case c == '\'':
 			end := strings.IndexByte(s[i+1:], '\'')
 			if end < 0 {
-				return nil, errors.New("unterminated single quote in command")
+				return nil, errors.New(`unterminated single quote in command; close it, or write \' for a literal quote`)
 			}
 			cur.WriteString(s[i+1 : i+1+end])
 			inWord = true
@@ -256,7 +256,7 @@ func splitCommand(s string) ([]string, error) {
 				cur.WriteByte(s[i])
 			}
 			if i >= len(s) {
-				return nil, errors.New("unterminated double quote in command")
+				return nil, errors.New(`unterminated double quote in command; close it, or write \" for a literal quote`)
 			}
 		default:
 			cur.WriteByte(c)
