@@ -576,3 +576,42 @@ func TestStdoutMetricsAndFailures(t *testing.T) {
 		t.Errorf("starts %v; want the second from step 3", l.starts)
 	}
 }
+
+// TestExamples runs both example experiments end to end from the repository
+// root, as a user would: the Go trainer and the PyTorch trainer.
+func TestExamples(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"digits-go", "digits-torch"} {
+		t.Run(name, func(t *testing.T) {
+			state := t.TempDir()
+			cmd := exec.Command(virgaBin, "run", "examples/"+name+"/experiment-quick.yaml", "--data-dir", state)
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("virga run: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "2 completed") || !strings.Contains(string(out), "best trial") {
+				t.Fatalf("run output:\n%s", out)
+			}
+			cmd = exec.Command(virgaBin, "best", "1", "--json", "--data-dir", state)
+			cmd.Dir = root
+			b, err := cmd.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var best struct {
+				Trial   virga.Trial   `json:"trial"`
+				Metrics *virga.Metric `json:"metrics"`
+			}
+			if err := json.Unmarshal(b, &best); err != nil {
+				t.Fatalf("best --json: %v\n%s", err, b)
+			}
+			if best.Metrics == nil || best.Metrics.Values["val_accuracy"] < 0.8 || best.Trial.Checkpoint == "" {
+				t.Errorf("best trial: %s; want validation accuracy >= 0.8 after 3 epochs and a checkpoint", b)
+			}
+		})
+	}
+}

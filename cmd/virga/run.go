@@ -78,7 +78,12 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool) er
 		defer embedded.Close()
 		c = client.New(embedded.URL, embedded.Token)
 	}
-	exp, err := c.Submit(ctx, filepath.Base(file), data)
+	// The server resolves the entrypoint's workdir against the file's directory.
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return err
+	}
+	exp, err := c.Submit(ctx, abs, data)
 	if err != nil {
 		return err
 	}
