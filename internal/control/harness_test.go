@@ -1,0 +1,349 @@
+package control_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/store"
+	"github.com/virga-ml/virga/internal/store/sqlite"
+)
+
+// waitFor is how long a harness waits for something the loop should do at once.
+const waitFor = 10 * time.Second
+
+// fakeBackend is a recording backend: Start records the spec and hands it to
+// the test, which then emits Started and Exited events by hand.
+type fakeBackend struct {
+	name   string
+	events chan backend.Event
+	starts chan *backend.StartSpec // every successful Start, in order
+
+	mu      sync.Mutex
+	specs   []*backend.StartSpec
+	stops   []int64
+	adopted []*virga.Attempt
+	full    bool // Start refuses with ErrNoCapacity and Free is zero
+	closed  bool
+}
+
+var _ backend.Backend = (*fakeBackend)(nil)
+
+func newFakeBackend() *fakeBackend {
+	return &fakeBackend{name: "fake", events: make(chan backend.Event, 4096), starts: make(chan *backend.StartSpec, 4096)}
+}
+
+func (f *fakeBackend) Name() string { return f.name }
+
+func (f *fakeBackend) Start(ctx context.Context, s *backend.StartSpec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.full {
+		return fmt.Errorf("fake: %w", virga.ErrNoCapacity)
+	}
+	for _, o := range f.specs {
+		if o.AttemptID == s.AttemptID {
+			return fmt.Errorf("fake: attempt %d started twice", s.AttemptID)
+		}
+	}
+	cp := *s
+	f.specs = append(f.specs, &cp)
+	f.starts <- &cp
+	return nil
+}
+
+func (f *fakeBackend) Stop(attemptID int64, grace time.Duration) error {
+	f.mu.Lock()
+	f.stops = append(f.stops, attemptID)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeBackend) Events() <-chan backend.Event { return f.events }
+
+func (f *fakeBackend) Free() virga.Resources {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.full {
+		return virga.Resources{}
+	}
+	return virga.Resources{CPU: 1000, MemoryMB: 1 << 30, GPU: 100}
+}
+
+func (f *fakeBackend) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.closed {
+		f.closed = true
+		close(f.events)
+	}
+	return nil
+}
+
+func (f *fakeBackend) setFull(v bool) {
+	f.mu.Lock()
+	f.full = v
+	f.mu.Unlock()
+}
+
+func (f *fakeBackend) stopped(attemptID int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Contains(f.stops, attemptID)
+}
+
+func (f *fakeBackend) emit(ev backend.Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.closed {
+		f.events <- ev
+	}
+}
+
+// adoptingBackend is a fakeBackend that can adopt attempts of an earlier server.
+type adoptingBackend struct{ *fakeBackend }
+
+var (
+	_ backend.Backend = (*adoptingBackend)(nil)
+	_ backend.Adopter = (*adoptingBackend)(nil)
+)
+
+func (a *adoptingBackend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resources) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cp := *at
+	a.adopted = append(a.adopted, &cp)
+	return nil
+}
+
+// countingStore is the real store, counting Apply calls.
+type countingStore struct {
+	store.Store
+	applies atomic.Int64
+}
+
+func (c *countingStore) Apply(ctx context.Context, b *store.Batch) error {
+	c.applies.Add(1)
+	return c.Store.Apply(ctx, b)
+}
+
+// harness is a controller over a real SQLite store and a real checkpoint
+// store in a temporary directory, with a fake backend.
+type harness struct {
+	t      *testing.T
+	dir    string
+	st     *countingStore
+	ck     *checkpoint.Store
+	be     *fakeBackend
+	ctl    *control.Controller
+	cancel context.CancelFunc
+	runErr chan error
+	tick   time.Duration
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "virga.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ck, err := checkpoint.Open(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, dir: dir, st: &countingStore{Store: st}, ck: ck}
+}
+
+// start runs a controller over the harness's store with be (a *fakeBackend or
+// *adoptingBackend), waiting until it has recovered.
+func (h *harness) start(be backend.Backend) {
+	h.t.Helper()
+	switch b := be.(type) {
+	case *fakeBackend:
+		h.be = b
+	case *adoptingBackend:
+		h.be = b.fakeBackend
+	}
+	ctl, err := control.New(control.Config{Store: h.st, Backend: be, Checkpoints: h.ck, DataDir: h.dir,
+		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.ctl, h.cancel, h.runErr = ctl, cancel, make(chan error, 1)
+	go func() { h.runErr <- ctl.Run(ctx) }()
+	h.t.Cleanup(h.crash)
+	select {
+	case <-ctl.Ready():
+	case <-ctl.Done():
+		h.t.Fatalf("controller stopped during recovery: %v", <-h.runErr)
+	case <-time.After(waitFor):
+		h.t.Fatal("controller not ready")
+	}
+}
+
+// crash stops the controller without letting anything finish (idempotent).
+func (h *harness) crash() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	if err := <-h.runErr; err != nil {
+		h.t.Errorf("Run: %v", err)
+	}
+	h.cancel = nil
+	h.be.Close()
+}
+
+func (h *harness) submit(y string) *virga.Experiment {
+	h.t.Helper()
+	e, err := h.ctl.Submit(context.Background(), "exp.yaml", []byte(y))
+	if err != nil {
+		h.t.Fatalf("Submit: %v", err)
+	}
+	return e
+}
+
+// nextStart waits for the backend's next Start.
+func (h *harness) nextStart() *backend.StartSpec {
+	h.t.Helper()
+	select {
+	case s := <-h.be.starts:
+		return s
+	case <-time.After(waitFor):
+		h.t.Fatal("no attempt started")
+		return nil
+	}
+}
+
+// noStart checks that no attempt starts within d.
+func (h *harness) noStart(d time.Duration) {
+	h.t.Helper()
+	select {
+	case s := <-h.be.starts:
+		h.t.Fatalf("unexpected start of attempt %d (trial %d)", s.AttemptID, s.TrialID)
+	case <-time.After(d):
+	}
+}
+
+func (h *harness) started(s *backend.StartSpec) {
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: time.Now(), PID: 1000 + int(s.AttemptID)})
+}
+
+func (h *harness) exited(attemptID int64, code int) {
+	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: time.Now(), ExitCode: &code})
+}
+
+func (h *harness) signalled(attemptID int64, sig string) {
+	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: time.Now(), Signal: sig})
+}
+
+func (h *harness) lost(attemptID int64) {
+	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: time.Now(), Lost: true, Message: "vanished"})
+}
+
+// eventually polls cond until it holds.
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (h *harness) trial(id int64) *virga.Trial {
+	h.t.Helper()
+	t, err := h.st.Trial(context.Background(), id)
+	if err != nil {
+		h.t.Fatalf("Trial(%d): %v", id, err)
+	}
+	return t
+}
+
+func (h *harness) exp(id int64) *virga.Experiment {
+	h.t.Helper()
+	e, err := h.st.Experiment(context.Background(), id)
+	if err != nil {
+		h.t.Fatalf("Experiment(%d): %v", id, err)
+	}
+	return e
+}
+
+func (h *harness) attempts(trialID int64) []*virga.Attempt {
+	h.t.Helper()
+	as, err := h.st.Attempts(context.Background(), trialID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return as
+}
+
+func (h *harness) trials(expID int64) []*virga.Trial {
+	h.t.Helper()
+	ts, err := h.st.Trials(context.Background(), expID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return ts
+}
+
+func (h *harness) waitTrial(id int64, state virga.TrialState) *virga.Trial {
+	h.t.Helper()
+	var t *virga.Trial
+	h.eventually(fmt.Sprintf("trial %d to be %s", id, state), func() bool {
+		t = h.trial(id)
+		return t.State == state
+	})
+	return t
+}
+
+func (h *harness) waitExp(id int64, state virga.ExperimentState) *virga.Experiment {
+	h.t.Helper()
+	var e *virga.Experiment
+	h.eventually(fmt.Sprintf("experiment %d to be %s", id, state), func() bool {
+		e = h.exp(id)
+		return e.State == state
+	})
+	return e
+}
+
+// report sends one report, failing the test on error.
+func (h *harness) report(attemptID, step int64, loss float64) string {
+	h.t.Helper()
+	d, err := h.ctl.Report(context.Background(), attemptID, control.Report{Step: step, Metrics: map[string]float64{"loss": loss}})
+	if err != nil {
+		h.t.Fatalf("Report(attempt %d, step %d): %v", attemptID, step, err)
+	}
+	return d.String()
+}
+
+// expYAML is an experiment of sh trials (the fake never runs them).
+func expYAML(name string, extra string) string {
+	return fmt.Sprintf(`name: %s
+entrypoint: [sh, -c, "exit 0"]
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+searcher: random
+objective: {metric: loss, direction: minimize}
+seed: 42
+%s
+`, name, extra)
+}
+
+func storeMetricFilter(trialID int64) store.MetricFilter {
+	return store.MetricFilter{TrialID: trialID, AfterStep: -1}
+}
