@@ -204,11 +204,23 @@ func freePort(t *testing.T) int {
 
 func startServer(t *testing.T, dataDir string, port int, db string) *serverProc {
 	t.Helper()
-	args := []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:" + strconv.Itoa(port)}
+	args := []string{"server", "--data-dir", dataDir}
+	if port != 0 {
+		args = append(args, "--listen", "127.0.0.1:"+strconv.Itoa(port))
+	}
 	if db != "" {
 		args = append(args, "--db", db)
 	}
 	s := &serverProc{cmd: exec.Command(virgaBin, args...), url: "http://127.0.0.1:" + strconv.Itoa(port), logs: &bytes.Buffer{}}
+	if port == 0 {
+		// The server reuses the address its data directory recorded last.
+		var info struct{ URL string }
+		b, err := os.ReadFile(filepath.Join(dataDir, "server.json"))
+		if err != nil || json.Unmarshal(b, &info) != nil {
+			t.Fatalf("no server.json in %s: %v", dataDir, err)
+		}
+		s.url = info.URL
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -613,5 +625,50 @@ func TestExamples(t *testing.T) {
 				t.Errorf("best trial: %s; want validation accuracy >= 0.8 after 3 epochs and a checkpoint", b)
 			}
 		})
+	}
+}
+
+// TestInterruptLeavesRunning sends SIGINT to a non-interactive `virga run`:
+// the experiment is left running, its trials go on without the embedded
+// server, and a `virga server` on the same data directory adopts and
+// finishes them.
+func TestInterruptLeavesRunning(t *testing.T) {
+	dir := t.TempDir()
+	exp := stepExperiment(t, dir, "interrupt", 2, 2, 25, 40, "")
+	cmd := exec.Command(virgaBin, "run", exp)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "trial 1 to report a few steps", 30*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "trial-1.log"))
+		return strings.Count(string(b), "ack ") >= 3
+	})
+	_ = cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("virga run after SIGINT: %v, want exit 130\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "leaving experiment 1 running") {
+		t.Errorf("output lacks the leave-running message:\n%s", out.String())
+	}
+	// Without --listen the server takes the address the running trials know.
+	s := startServer(t, filepath.Join(dir, ".virga"), 0, "")
+	defer s.stop()
+	c := client.New(s.url, "")
+	waitDone(t, c, 1, 60*time.Second)
+	ts, _ := c.Trials(context.Background(), 1)
+	for _, tr := range ts {
+		if tr.State != virga.TrialCompleted || tr.Step != 24 {
+			t.Errorf("trial %d: %s at step %d, want COMPLETED at 24", tr.ID, tr.State, tr.Step)
+		}
+		if l := readLedger(t, dir, tr.ID); len(l.starts) != 1 {
+			t.Errorf("trial %d started %d times; the server should have adopted the running process", tr.ID, len(l.starts))
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "violations")); err == nil {
+		t.Errorf("two processes of one trial lived at once:\n%s", b)
 	}
 }
