@@ -27,9 +27,13 @@ max_restarts: 0
 }
 
 // runAPI drives an API-driven experiment with o.apiClients goroutines, each
-// looping ask -> report -> complete until the search is exhausted.
+// looping ask -> report -> complete (or ask -> report without
+// --api-complete) until the search is exhausted.
 func runAPI(ctx context.Context, o *options, logger *slog.Logger, dir string, runNo int) (Result, error) {
-	res := Result{Part: "api", Store: "sqlite", Run: runNo, Unit: "trials/s", Target: targetAPI}
+	res := Result{Part: "api", Variant: "ask-report-complete", Store: "sqlite", Run: runNo, Unit: "trials/s", Target: targetAPI}
+	if !o.apiComplete {
+		res.Variant = "ask-report"
+	}
 	srv, err := server.Start(ctx, server.Config{DataDir: filepath.Join(dir, "data"), Logger: logger, Version: "bench"})
 	if err != nil {
 		return res, err
@@ -74,9 +78,11 @@ func runAPI(ctx context.Context, o *options, logger *slog.Logger, dir string, ru
 					fail(fmt.Errorf("report: %w", err))
 					return
 				}
-				if _, err := cl.Complete(ctx, a.AttemptID, true); err != nil {
-					fail(fmt.Errorf("complete: %w", err))
-					return
+				if o.apiComplete {
+					if _, err := cl.Complete(ctx, a.AttemptID, true); err != nil {
+						fail(fmt.Errorf("complete: %w", err))
+						return
+					}
 				}
 				done.Add(1)
 			}
@@ -102,7 +108,7 @@ func runAPI(ctx context.Context, o *options, logger *slog.Logger, dir string, ru
 	if err != nil {
 		return res, err
 	}
-	if e.State != virga.ExperimentCompleted {
+	if o.apiComplete && e.State != virga.ExperimentCompleted {
 		res.Problems = joinProblem(res.Problems, fmt.Sprintf("experiment is %s, want COMPLETED", e.State))
 	}
 	res.Met = res.Rate >= targetAPI && res.Errors == 0 && res.Problems == ""

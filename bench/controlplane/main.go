@@ -35,22 +35,23 @@ import (
 )
 
 type options struct {
-	parts      map[string]bool
-	repeat     int
-	jsonOut    bool
-	timeout    time.Duration
-	e2eTrials  int
-	e2eConc    int
-	e2eStdout  bool
-	e2eHTTP    bool
-	apiTrials  int
-	apiClients int
-	ingTrials  int
-	ingDur     time.Duration
-	postgres   string
-	noSQLite   bool
-	keep       bool
-	verbose    bool
+	parts       map[string]bool
+	repeat      int
+	jsonOut     bool
+	timeout     time.Duration
+	e2eTrials   int
+	e2eConc     int
+	e2eStdout   bool
+	e2eHTTP     bool
+	apiTrials   int
+	apiClients  int
+	apiComplete bool
+	ingTrials   int
+	ingDur      time.Duration
+	postgres    string
+	noSQLite    bool
+	keep        bool
+	verbose     bool
 }
 
 // Result is one measured run of one part.
@@ -99,6 +100,7 @@ func run() int {
 	flag.BoolVar(&o.e2eStdout, "e2e-stdout", false, "e2e: also run the variant whose trials print a VIRGA_METRIC line")
 	flag.IntVar(&o.apiTrials, "api-trials", 2000, "api: max_trials of the API-driven experiment")
 	flag.IntVar(&o.apiClients, "api-clients", 8, "api: client goroutines looping ask -> report -> complete")
+	flag.BoolVar(&o.apiComplete, "api-complete", true, "api: end each trial with complete (false: ask -> report only; the trials stay running)")
 	flag.IntVar(&o.ingTrials, "ingest-trials", 32, "ingest: asked trials, one reporting goroutine each")
 	flag.DurationVar(&o.ingDur, "ingest-duration", 10*time.Second, "ingest: how long the reporters send")
 	flag.StringVar(&o.postgres, "postgres", os.Getenv("VIRGA_TEST_POSTGRES"), "ingest: PostgreSQL URL (a fresh schema is created in it and dropped); empty skips PostgreSQL")

@@ -158,6 +158,7 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) er
 				c.attempts[l.la.attemptID] = l.ts
 				c.setLive(l.la)
 				if reply, ok := it2.asks[l.ts]; ok {
+					c.startedSeen[l.la.attemptID] = true // no process: nothing in flight
 					reply <- result[Asked]{v: Asked{Trial: cloneTrial(l.ts.t), AttemptID: l.la.attemptID, Token: TrialToken(c.cfg.Secret, l.ts.t.ID)}}
 					continue
 				}
