@@ -1,0 +1,425 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/control"
+)
+
+func TestAuth(t *testing.T) {
+	e := newEnv(t, true)
+	code, body := e.do("GET", "/api/v1/health", "", nil)
+	if code != http.StatusUnauthorized || !strings.Contains(string(body), "admin-token") {
+		t.Errorf("no token: HTTP %d %s; want 401 naming the admin-token file", code, body)
+	}
+	if code, _ := e.do("GET", "/api/v1/experiments", "wrong", nil); code != http.StatusUnauthorized {
+		t.Errorf("wrong token: HTTP %d, want 401", code)
+	}
+	e.want(http.StatusOK, "GET", "/api/v1/experiments", e.admin, nil, nil)
+	exp := e.submit(apiDriven)
+	var a1, a2 control.Asked
+	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &a1)
+	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &a2)
+	if a1.Token != control.TrialToken(testSecret, a1.Trial.ID) {
+		t.Errorf("asked token %q is not the trial's token", a1.Token)
+	}
+	rep := control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}
+	e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", a1.AttemptID), a1.Token, rep, nil)
+
+	refused := []struct{ method, path string }{
+		{"POST", fmt.Sprintf("/api/v1/attempts/%d/report", a2.AttemptID)},   // another trial's attempt
+		{"POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a2.AttemptID)}, // another trial's attempt
+		{"GET", fmt.Sprintf("/api/v1/trials/%d", a1.Trial.ID)},
+		{"GET", fmt.Sprintf("/api/v1/trials/%d/metrics", a1.Trial.ID)},
+		{"GET", "/api/v1/experiments"},
+		{"GET", "/api/openapi.json"},
+		{"POST", fmt.Sprintf("/api/v1/experiments/%d/stop", exp.ID)},
+		{"POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID)},
+	}
+	for _, r := range refused {
+		if code, body := e.do(r.method, r.path, a1.Token, rep); code != http.StatusUnauthorized {
+			t.Errorf("trial token on %s %s: HTTP %d %s, want 401", r.method, r.path, code, body)
+		}
+	}
+	var tr virga.Trial
+	e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a1.AttemptID), a1.Token, CompleteRequest{OK: true}, &tr)
+	if tr.State != virga.TrialCompleted {
+		t.Errorf("completed trial is %s", tr.State)
+	}
+	// Its attempt is over: the token gets a 409, telling the trial to exit.
+	e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", a1.AttemptID), a1.Token, rep, nil)
+	// The experiment is still running (trial 2 is live): the stop is refused for the trial token.
+	if got := e.exp(exp.ID).State; got != virga.ExperimentActive {
+		t.Errorf("experiment %s, want ACTIVE", got)
+	}
+}
+
+// TestForgedTrialTokenBeforeAttemptExists sends a report with a forged trial
+// token to the next attempt's ID before that attempt exists, and its body
+// only once the attempt is live. Authorisation must hold when the report is
+// taken, not only when the headers arrive.
+func TestForgedTrialTokenBeforeAttemptExists(t *testing.T) {
+	e := newEnv(t, true)
+	exp := e.submit(apiDriven)
+	var a1 control.Asked
+	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &a1)
+	next := a1.AttemptID + 1
+	body := `{"step": 7, "metrics": {"loss": -1000}}`
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /api/v1/attempts/%d/report HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer vtforged\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", next, len(body))
+	time.Sleep(200 * time.Millisecond) // the server authorises on the headers
+	var a2 control.Asked
+	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &a2)
+	if a2.AttemptID != next {
+		t.Skipf("attempt IDs are not sequential (%d after %d)", a2.AttemptID, a1.AttemptID)
+	}
+	io.WriteString(conn, body)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("forged token report to attempt %d: HTTP %d %s, want 401", next, resp.StatusCode, b)
+	}
+	var tv TrialView
+	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/trials/%d", a2.Trial.ID), e.admin, nil, &tv)
+	if tv.Best != nil {
+		t.Errorf("a forged report was recorded: trial %d best %v at step %d", a2.Trial.ID, *tv.Best, tv.BestStep)
+	}
+}
+
+func (e *env) exp(id int64) *ExperimentView {
+	e.t.Helper()
+	var v ExperimentView
+	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/experiments/%d", id), e.admin, nil, &v)
+	return &v
+}
+
+var routeRE = regexp.MustCompile(`m\.HandleFunc\("([A-Z]+) ([^"]+)"`)
+
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	src, err := os.ReadFile("api.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var registered []string
+	for _, m := range routeRE.FindAllStringSubmatch(string(src), -1) {
+		if m[2] == "/api/openapi.json" {
+			continue // the document does not describe itself
+		}
+		registered = append(registered, strings.ToLower(m[1])+" "+m[2])
+	}
+	if len(registered) < 10 {
+		t.Fatalf("found only %d routes in api.go: %v", len(registered), registered)
+	}
+	var listed []string
+	for _, r := range apiRoutes {
+		listed = append(listed, r.method+" "+r.path)
+	}
+	slices.Sort(registered)
+	slices.Sort(listed)
+	for _, r := range registered {
+		if !slices.Contains(listed, r) {
+			t.Errorf("route %s is served but not in apiRoutes", r)
+		}
+	}
+	for _, r := range listed {
+		if !slices.Contains(registered, r) {
+			t.Errorf("apiRoutes lists %s, which is not served", r)
+		}
+	}
+
+	e := newEnv(t, false)
+	var doc struct {
+		OpenAPI    string                               `json:"openapi"`
+		Paths      map[string]map[string]map[string]any `json:"paths"`
+		Components struct {
+			Schemas map[string]any `json:"schemas"`
+		} `json:"components"`
+	}
+	raw := e.want(http.StatusOK, "GET", "/api/openapi.json", "", nil, &doc)
+	if !strings.HasPrefix(doc.OpenAPI, "3.0.") {
+		t.Errorf("openapi %q, want 3.0.x", doc.OpenAPI)
+	}
+	var inDoc []string
+	for p, ops := range doc.Paths {
+		for m := range ops {
+			inDoc = append(inDoc, m+" "+p)
+		}
+	}
+	slices.Sort(inDoc)
+	if !slices.Equal(inDoc, registered) {
+		t.Errorf("document paths\n%v\nwant the served routes\n%v", inDoc, registered)
+	}
+	for _, ref := range regexp.MustCompile(`"\$ref": "#/components/schemas/([^"]+)"`).FindAllStringSubmatch(string(raw), -1) {
+		if _, ok := doc.Components.Schemas[ref[1]]; !ok {
+			t.Errorf("$ref to missing schema %s", ref[1])
+		}
+	}
+}
+
+func TestAskTell(t *testing.T) {
+	e := newEnv(t, false)
+	exp := e.submit(apiDriven)
+	seen := map[int64]bool{}
+	for i := range 2 {
+		var a control.Asked
+		e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &a)
+		if a.Trial == nil || a.AttemptID == 0 || a.Token == "" || seen[a.Trial.ID] {
+			t.Fatalf("ask %d: %+v", i, a)
+		}
+		seen[a.Trial.ID] = true
+		if a.Trial.State != virga.TrialRunning || a.Trial.HParams["x"] == nil {
+			t.Errorf("asked trial %+v, want RUNNING with x", a.Trial)
+		}
+		var rr ReportReply
+		for step := range 3 {
+			e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID), a.Token,
+				control.Report{Step: int64(step), Metrics: map[string]float64{"loss": float64(10*i + 3 - step)}}, &rr)
+			if rr.Decision != "continue" {
+				t.Errorf("decision %q, want continue", rr.Decision)
+			}
+		}
+		var tr virga.Trial
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), a.Token, CompleteRequest{OK: true}, &tr)
+		if tr.State != virga.TrialCompleted || tr.Step != 2 || tr.Best == nil || *tr.Best != float64(10*i+1) {
+			t.Errorf("completed trial %+v", tr)
+		}
+		var ms []virga.Metric
+		e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/trials/%d/metrics", a.Trial.ID), "", nil, &ms)
+		if len(ms) != 3 {
+			t.Errorf("%d metrics, want 3", len(ms))
+		}
+	}
+	code, body := e.do("POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil)
+	if code != http.StatusConflict {
+		t.Errorf("ask past max_trials: HTTP %d %s, want 409", code, body)
+	}
+	e.eventually("the experiment to complete", func() bool { return e.exp(exp.ID).State == virga.ExperimentCompleted })
+	var best BestView
+	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/experiments/%d/best", exp.ID), "", nil, &best)
+	if best.Trial == nil || *best.Trial.Best != 1 || best.Metrics == nil || best.Metrics.Step != 2 {
+		t.Errorf("best %+v", best)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	e := newEnv(t, false)
+	exp := e.submit(apiDriven)
+	var a control.Asked
+	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &a)
+	report := fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID)
+	cases := []struct {
+		name         string
+		method, path string
+		body         any
+		wantCode     int
+		wantInBody   string
+	}{
+		{"bad JSON", "POST", report, `{"step": 1,`, 400, "request body"},
+		{"unknown field", "POST", report, `{"step": 1, "metrics": {}, "loss": 3}`, 400, `unknown field "loss"`},
+		{"negative step", "POST", report, `{"step": -1, "metrics": {"loss": 1}}`, 400, "step"},
+		{"empty metric name", "POST", report, `{"step": 1, "metrics": {"": 1}}`, 400, "names must not be empty"},
+		{"unknown attempt", "POST", "/api/v1/attempts/99999/report", `{"step": 1, "metrics": {"loss": 1}}`, 409, "no longer current"},
+		{"bad id", "POST", "/api/v1/attempts/abc/report", `{"step": 1}`, 400, "positive integer"},
+		{"unknown experiment", "GET", "/api/v1/experiments/99999", nil, 404, "not found"},
+		{"unknown trial", "GET", "/api/v1/trials/99999/metrics", nil, 404, "not found"},
+		{"unknown op", "POST", fmt.Sprintf("/api/v1/experiments/%d/explode", exp.ID), nil, 404, "want stop, pause or resume"},
+		{"bad list limit", "GET", "/api/v1/experiments?limit=-1", nil, 400, "limit"},
+		{"ask of an experiment with an entrypoint", "POST", "/api/v1/experiments/%s/trials", nil, 409, "entrypoint"},
+	}
+	// An experiment that runs its own trials, for the last case; paused so nothing runs.
+	own := e.submit("name: own\nentrypoint: [sh, -c, 'sleep 30']\nhyperparameters:\n  x: {type: float, min: 0, max: 1}\nsearcher: random\nobjective: {metric: loss, direction: minimize}\nmax_trials: 1\nstop_grace: 1s\n")
+	cases[len(cases)-1].path = fmt.Sprintf("/api/v1/experiments/%d/trials", own.ID)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := e.do(c.method, c.path, "", c.body)
+			var eb Error
+			if code != c.wantCode || json.Unmarshal(body, &eb) != nil || !strings.Contains(eb.Error, c.wantInBody) {
+				t.Errorf("HTTP %d %s; want %d with %q", code, body, c.wantCode, c.wantInBody)
+			}
+		})
+	}
+	e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/experiments/%d/stop", own.ID), "", nil, nil)
+
+	t.Run("bad spec lists problems", func(t *testing.T) {
+		code, body := e.do("POST", "/api/v1/experiments", "", SubmitRequest{File: "bad.yaml", Spec: "name: x\nobjective: {metric: loss, direction: maximise}\nmax_trials: 0\n"})
+		var eb Error
+		if code != http.StatusBadRequest || json.Unmarshal(body, &eb) != nil {
+			t.Fatalf("HTTP %d %s, want 400", code, body)
+		}
+		if len(eb.Problems) < 2 {
+			t.Fatalf("problems %+v, want at least 2", eb.Problems)
+		}
+		for _, p := range eb.Problems {
+			if p.File != "bad.yaml" || p.Line == 0 || p.Col == 0 {
+				t.Errorf("problem %+v lacks file, line or col", p)
+			}
+		}
+	})
+	t.Run("finished attempt and stop of a completed experiment", func(t *testing.T) {
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", CompleteRequest{OK: true}, nil)
+		e.want(http.StatusConflict, "POST", report, "", `{"step": 5, "metrics": {"loss": 1}}`, nil)
+		e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", CompleteRequest{OK: true}, nil)
+		var b control.Asked
+		e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &b)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", b.AttemptID), "", CompleteRequest{OK: true}, nil)
+		// An API-driven experiment learns that its search is over from the next ask.
+		e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, nil)
+		e.eventually("completion", func() bool { return e.exp(exp.ID).State == virga.ExperimentCompleted })
+		for _, op := range []string{"stop", "pause", "resume"} {
+			e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/experiments/%d/%s", exp.ID, op), "", nil, nil)
+		}
+	})
+}
+
+// sseEvent is one parsed server-sent event.
+type sseEvent struct {
+	kind string
+	data string
+}
+
+func readSSE(r *bufio.Reader) (sseEvent, error) {
+	var ev sseEvent
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return ev, err
+		}
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			ev.kind = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.data += strings.TrimPrefix(line, "data: ")
+		case line == "" && ev.kind != "":
+			return ev, nil
+		}
+	}
+}
+
+func TestWatch(t *testing.T) {
+	e := newEnv(t, false)
+	exp := e.submit(apiDriven)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/api/v1/experiments/%d/watch", e.srv.URL, exp.ID), nil)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	br := bufio.NewReader(resp.Body)
+	first, err := readSSE(br)
+	if err != nil || first.kind != "snapshot" {
+		t.Fatalf("first event %+v, %v; want snapshot", first, err)
+	}
+	var snap WatchSnapshot
+	if err := json.Unmarshal([]byte(first.data), &snap); err != nil || snap.Experiment.Experiment == nil || snap.Experiment.ID != exp.ID {
+		t.Fatalf("snapshot %s: %v", first.data, err)
+	}
+	for range 2 {
+		var a control.Asked
+		e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &a)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID), "", control.Report{Step: 0, Metrics: map[string]float64{"loss": 1}}, nil)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", CompleteRequest{OK: true}, nil)
+	}
+	// The ask past max_trials ends the search.
+	e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, nil)
+	updates := 0
+	for {
+		ev, err := readSSE(br)
+		if err != nil {
+			t.Fatalf("after %d updates: %v (no end event)", updates, err)
+		}
+		switch ev.kind {
+		case "update":
+			var u control.Update
+			if err := json.Unmarshal([]byte(ev.data), &u); err != nil || u.ExperimentID != exp.ID {
+				t.Fatalf("update %s: %v", ev.data, err)
+			}
+			updates++
+			continue
+		case "end":
+			var end virga.Experiment
+			if err := json.Unmarshal([]byte(ev.data), &end); err != nil || end.State != virga.ExperimentCompleted {
+				t.Errorf("end %s: %v", ev.data, err)
+			}
+		default:
+			t.Fatalf("event %q", ev.kind)
+		}
+		break
+	}
+	if updates < 4 {
+		t.Errorf("%d updates before end, want at least one per ask and complete", updates)
+	}
+	// A watch of an ended experiment is a snapshot and an end.
+	code, body := e.do("GET", fmt.Sprintf("/api/v1/experiments/%d/watch", exp.ID), "", nil)
+	if code != 200 || !strings.Contains(string(body), "event: snapshot") || !strings.Contains(string(body), "event: end") {
+		t.Errorf("watch of an ended experiment: HTTP %d %s", code, body)
+	}
+	if code, _ := e.do("GET", "/api/v1/experiments/99999/watch", "", nil); code != 404 {
+		t.Errorf("watch of an unknown experiment: HTTP %d, want 404", code)
+	}
+}
+
+func TestLogsOfARealProcess(t *testing.T) {
+	e := newEnv(t, true) // the shim relays VIRGA_METRIC with the trial token
+	exp := e.submit(`name: logs
+entrypoint: [sh, -c, 'echo hello; sleep 0.3; echo "VIRGA_METRIC {\"step\":0,\"metrics\":{\"loss\":1}}"; echo bye']
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+searcher: random
+objective: {metric: loss, direction: minimize}
+max_trials: 1
+`)
+	var trials []*virga.Trial
+	e.eventually("the trial to be created", func() bool {
+		e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &trials)
+		return len(trials) == 1
+	})
+	id := trials[0].ID
+	start := time.Now()
+	code, body := e.do("GET", fmt.Sprintf("/api/v1/trials/%d/logs?follow=true", id), e.admin, nil)
+	if code != 200 || !strings.Contains(string(body), "hello\n") || !strings.Contains(string(body), "bye\n") {
+		t.Fatalf("followed logs: HTTP %d %q", code, body)
+	}
+	t.Logf("follow returned after %v", time.Since(start))
+	var tv TrialView
+	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/trials/%d", id), e.admin, nil, &tv)
+	if tv.State != virga.TrialCompleted {
+		t.Errorf("follow returned with the trial %s, want it ended", tv.State)
+	}
+	code, body2 := e.do("GET", fmt.Sprintf("/api/v1/trials/%d/logs", id), e.admin, nil)
+	if code != 200 || string(body2) != string(body) {
+		t.Errorf("logs after the end: HTTP %d %q, want %q", code, body2, body)
+	}
+	var ms []virga.Metric
+	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/trials/%d/metrics", id), e.admin, nil, &ms)
+	if len(ms) != 1 || ms[0].Values["loss"] != 1 {
+		t.Errorf("metrics %+v, want the relayed step 0", ms)
+	}
+	e.eventually("the experiment to complete", func() bool { return e.exp(exp.ID).State == virga.ExperimentCompleted })
+}
