@@ -29,11 +29,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv(shimEnv) == "1" {
 		os.Exit(local.ShimMain(os.Args[1:]))
 	}
-	os.Setenv(shimEnv, "1")
-	if os.Getenv("GORACE") == "" {
-		os.Setenv("GORACE", "atexit_sleep_ms=0") // a race-enabled shim would sleep 1 s at exit
-	}
 	os.Exit(m.Run())
+}
+
+// shimCommand runs this test binary as the shim. The variable is set for the
+// shim only (not in this process), so that fuzz workers stay test binaries;
+// a race-enabled shim would otherwise sleep 1 s at exit.
+func shimCommand() []string {
+	return []string{"env", shimEnv + "=1", "GORACE=atexit_sleep_ms=0", os.Args[0]}
 }
 
 var testSecret = []byte("api test secret")
@@ -61,7 +64,7 @@ func newEnv(t testing.TB, requireAuth bool) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := local.New(local.Config{Capacity: virga.Resources{CPU: 8, MemoryMB: 8192}, ShimCommand: []string{os.Args[0]},
+	be, err := local.New(local.Config{Capacity: virga.Resources{CPU: 8, MemoryMB: 8192}, ShimCommand: shimCommand(),
 		PollInterval: 20 * time.Millisecond, WarmShims: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,68 @@
+package local
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzMetricLine feeds arbitrary trial output through the shim's line copier
+// and VIRGA_METRIC parser. It must never panic, and every byte of the output
+// must reach output.log in order (the shim's own notes aside).
+func FuzzMetricLine(f *testing.F) {
+	for _, s := range []string{
+		"hello\nVIRGA_METRIC {\"step\":0,\"metrics\":{\"loss\":1}}\n",
+		"VIRGA_METRIC {\"step\":1}\n",
+		"VIRGA_METRIC not json\nafter\n",
+		"VIRGA_METRIC {\"step\":-1,\"metrics\":{\"\":1e999}}",
+		"VIRGA_METRIC\n",
+		"VIRGA_METRIC  {\"metrics\":{},\"step\":null}\r\n",
+		"no newline at the end",
+		"\x00\xff\n\n",
+		strings.Repeat("x", 70<<10) + "\nVIRGA_METRIC {\"step\":2,\"metrics\":{}}\n",
+		strings.Repeat("y", 64<<10-1) + "\nVIRGA_METRIC {\"step\":3,\"metrics\":{}}",
+	} {
+		f.Add([]byte(s))
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, out []byte) {
+		fh, err := os.CreateTemp(dir, "output-*.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(fh.Name())
+		defer fh.Close()
+		copyOutput(bytes.NewReader(out), &shimLog{f: fh}, nil)
+		got, err := os.ReadFile(filepath.Join(dir, filepath.Base(fh.Name())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := out
+		if len(want) > 0 && want[len(want)-1] != '\n' {
+			want = append(bytes.Clone(want), '\n')
+		}
+		if a, b := withoutShimNotes(got), withoutShimNotes(want); a != b {
+			t.Fatalf("output.log differs from the output:\n got %q\nwant %q", clip(a), clip(b))
+		}
+	})
+}
+
+// withoutShimNotes drops the lines the shim writes itself.
+func withoutShimNotes(b []byte) string {
+	var keep []string
+	for _, l := range strings.SplitAfter(string(b), "\n") {
+		if !strings.HasPrefix(l, "virga shim: ") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "")
+}
+
+func clip(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
