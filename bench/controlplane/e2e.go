@@ -14,6 +14,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/server"
+	"github.com/virga-ml/virga/internal/store"
 )
 
 // Targets of issue 2.
@@ -124,7 +125,7 @@ wait:
 	if err != nil {
 		return res, err
 	}
-	var delays []time.Duration
+	var delays, toReport, toExit, lifetime []time.Duration
 	for _, t := range trials {
 		if t.State != virga.TrialCompleted {
 			res.Failed++
@@ -137,7 +138,25 @@ wait:
 			res.Errors++
 			continue
 		}
-		delays = append(delays, as[0].StartedAt.Sub(t.CreatedAt))
+		a := as[0]
+		delays = append(delays, a.StartedAt.Sub(t.CreatedAt))
+		if !a.EndedAt.IsZero() {
+			lifetime = append(lifetime, a.EndedAt.Sub(t.CreatedAt))
+		}
+		ms, err := st.Metrics(ctx, store.MetricFilter{TrialID: t.ID, AfterStep: -1})
+		if err != nil {
+			return res, err
+		}
+		if len(ms) > 0 && !a.EndedAt.IsZero() {
+			toReport = append(toReport, ms[0].Time.Sub(a.StartedAt))
+			toExit = append(toExit, a.EndedAt.Sub(ms[0].Time))
+		}
+	}
+	res.Phases = map[string]Quantiles{
+		"created->started":  quantiles(delays),
+		"started->reported": quantiles(toReport),
+		"reported->exited":  quantiles(toExit),
+		"created->exited":   quantiles(lifetime),
 	}
 	if len(trials) != o.e2eTrials {
 		res.Problems = joinProblem(res.Problems, fmt.Sprintf("%d trials, want %d", len(trials), o.e2eTrials))

@@ -77,6 +77,22 @@ type Result struct {
 	Met      bool    `json:"target_met"`
 	Durable  *bool   `json:"durable,omitempty"`
 	Problems string  `json:"problems,omitempty"`
+	// Phases (e2e) splits each trial's life, from the store's timestamps:
+	// trial created, attempt started (the process runs), first metric
+	// committed, attempt exited (as the backend saw it).
+	Phases map[string]Quantiles `json:"phases_ms,omitempty"`
+}
+
+// Quantiles are the p50, p99 and max of a duration, in ms.
+type Quantiles struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func quantiles(d []time.Duration) Quantiles {
+	slices.Sort(d)
+	return Quantiles{percentile(d, 0.50), percentile(d, 0.99), percentile(d, 1)}
 }
 
 func main() {
@@ -265,6 +281,11 @@ func printResult(w io.Writer, r Result) {
 	case "e2e":
 		fmt.Fprintf(w, "%-18s run %d: %d trials in %.2fs = %.1f trials/s (target >= %.0f); start delay p50 %.2f ms, p99 %.2f ms, max %.2f ms (target p99 < %.0f ms); %s; errors %d, failed trials %d\n",
 			name, r.Run, r.Trials, r.Seconds, r.Rate, r.Target, r.P50ms, r.P99ms, r.MaxMs, r.TargetP, mark(r.Met), r.Errors, r.Failed)
+		for _, k := range []string{"created->started", "started->reported", "reported->exited", "created->exited"} {
+			if q, ok := r.Phases[k]; ok {
+				fmt.Fprintf(w, "%-18s        %-18s p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms\n", "", k, q.P50, q.P99, q.Max)
+			}
+		}
 	case "api":
 		fmt.Fprintf(w, "%-18s run %d: %d trials in %.2fs = %.1f trials/s (target >= %.0f); %s; errors %d\n",
 			name, r.Run, r.Trials, r.Seconds, r.Rate, r.Target, mark(r.Met), r.Errors)
