@@ -26,6 +26,9 @@ func FuzzMetricLine(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	// TestMain sets shimEnv for the shims it runs; fuzz workers inherit the
+	// environment and must stay test binaries.
+	f.Setenv(shimEnv, "")
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, out []byte) {
 		fh, err := os.CreateTemp(dir, "output-*.log")
