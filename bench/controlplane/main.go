@@ -294,8 +294,12 @@ func printResult(w io.Writer, r Result) {
 		if r.Durable != nil && !*r.Durable {
 			d = "NOT DURABLE"
 		}
-		fmt.Fprintf(w, "%-18s run %d: %d acknowledged reports in %.2fs = %.0f reports/s (target >= %.0f); %s; stored after reopen %d of %d acknowledged: %s; errors %d\n",
-			name, r.Run, r.Acked, r.Seconds, r.Rate, r.Target, mark(r.Met), r.Stored, r.Acked, d, r.Errors)
+		target := fmt.Sprintf("target >= %.0f; %s", r.Target, mark(r.Met))
+		if r.Target == 0 {
+			target = "no rate target"
+		}
+		fmt.Fprintf(w, "%-18s run %d: %d acknowledged reports in %.2fs = %.0f reports/s (%s); stored after reopen %d of %d acknowledged: %s; errors %d\n",
+			name, r.Run, r.Acked, r.Seconds, r.Rate, target, r.Stored, r.Acked, d, r.Errors)
 	}
 	if r.Problems != "" {
 		fmt.Fprintf(w, "%-18s run %d: problems: %s\n", name, r.Run, r.Problems)
@@ -322,7 +326,7 @@ func printSummary(w io.Writer, rs []Result) {
 		for i, r := range g {
 			rates[i], p99[i] = r.Rate, r.P99ms
 		}
-		name := strings.TrimSpace(k.part + " " + k.variant + " " + k.store)
+		name := strings.Join(slices.DeleteFunc([]string{k.part, k.variant, k.store}, func(s string) bool { return s == "" }), " ")
 		fmt.Fprintf(w, "  %-20s %s best %.1f, worst %.1f (spread %.0f%%)", name, g[0].Unit, slices.Max(rates), slices.Min(rates), spread(rates))
 		if k.part == "e2e" {
 			fmt.Fprintf(w, "; start p99 ms best %.2f, worst %.2f", slices.Min(p99), slices.Max(p99))
