@@ -89,10 +89,13 @@ func (s *Server) routes() {
 
 // ServeHTTP authenticates the request and routes it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.RequireAuth && !s.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="virga"`)
-		writeError(w, http.StatusUnauthorized, errors.New("a token is required: send 'Authorization: Bearer <token>' (the admin token is in the server's data directory, file admin-token)"))
-		return
+	if s.cfg.RequireAuth {
+		var ok bool
+		if r, ok = s.authorized(r); !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="virga"`)
+			writeError(w, http.StatusUnauthorized, errors.New("a token is required: send 'Authorization: Bearer <token>' (the admin token is in the server's data directory, file admin-token)"))
+			return
+		}
 	}
 	if s.ctl == nil && (r.Method != http.MethodGet || strings.HasSuffix(r.URL.Path, "/watch")) {
 		writeError(w, http.StatusServiceUnavailable, errors.New("no Virga server is running on this data directory: start one with `virga server` (it resumes unfinished experiments) or pass --server URL"))
@@ -101,37 +104,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// authorized accepts an admin token anywhere, and a trial token only for that
-// trial's attempts' report and complete endpoints.
-func (s *Server) authorized(r *http.Request) bool {
+// authorized accepts an admin token anywhere, and a valid trial token only for
+// POST to attempts; the control loop then lets it act only for its own trial.
+func (s *Server) authorized(r *http.Request) (*http.Request, bool) {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || tok == "" {
-		return false
+		return r, false
 	}
 	if strings.HasPrefix(tok, "vt") {
-		rest, ok := strings.CutPrefix(r.URL.Path, "/api/v1/attempts/")
-		if !ok || r.Method != http.MethodPost {
-			return false
+		if s.ctl == nil || r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/api/v1/attempts/") {
+			return r, false
 		}
-		idText, _, _ := strings.Cut(rest, "/")
-		id, err := strconv.ParseInt(idText, 10, 64)
-		if err != nil {
-			return false
+		trialID, ok := s.ctl.TrialOfToken(tok)
+		if !ok {
+			return r, false
 		}
-		trialID, live := s.ctl.AttemptTrial(id)
-		// A token for a finished attempt gets a 409 from the handler, not a 401.
-		return !live || s.ctl.CheckTrialToken(tok, trialID)
+		return r.WithContext(control.AsTrial(r.Context(), trialID)), true
 	}
 	sum := sha256.Sum256([]byte(tok))
 	key := string(sum[:])
 	if _, ok := s.tokens.Load(key); ok {
-		return true
+		return r, true
 	}
 	if _, err := s.st.TokenByHash(r.Context(), sum[:]); err != nil {
-		return false
+		return r, false
 	}
 	s.tokens.Store(key, true)
-	return true
+	return r, true
 }
 
 // Error is the body of every error response.
@@ -167,6 +166,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, virga.ErrConflict), errors.Is(err, control.ErrSuperseded), errors.Is(err, search.ErrExhausted):
 		return http.StatusConflict
+	case errors.Is(err, control.ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, control.ErrClosed):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -182,6 +183,20 @@ func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 		return 0, false
 	}
 	return id, true
+}
+
+// queryInt reads an integer query parameter, answering 400 if it is not one.
+func queryInt(w http.ResponseWriter, r *http.Request, name string, def int64) (int64, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%s: want an integer, got %q", name, v))
+		return 0, false
+	}
+	return n, true
 }
 
 const maxBody = 2 << 20
@@ -410,7 +425,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	after, ok := queryInt(w, r, "after", 0)
+	if !ok {
+		return
+	}
 	evs, err := s.st.Events(r.Context(), store.EventFilter{ExperimentID: id, AfterID: after})
 	if err != nil {
 		writeError(w, statusOf(err), err)
@@ -455,9 +473,9 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	after := int64(-1)
-	if a := r.URL.Query().Get("after"); a != "" {
-		after, _ = strconv.ParseInt(a, 10, 64)
+	after, ok := queryInt(w, r, "after", -1)
+	if !ok {
+		return
 	}
 	ms, err := s.st.Metrics(r.Context(), store.MetricFilter{TrialID: id, AfterStep: after})
 	if err != nil {
@@ -500,6 +518,9 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !s.mayActFor(w, r, id) {
+		return
+	}
 	var rep control.Report
 	if !decode(w, r, &rep) {
 		return
@@ -516,6 +537,20 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ReportReply{Decision: d.String()})
 }
 
+// mayActFor refuses (403) a trial token used on another trial's live attempt,
+// before the body is read. The control loop checks again when it acts.
+func (s *Server) mayActFor(w http.ResponseWriter, r *http.Request, attemptID int64) bool {
+	trialID, live := s.ctl.AttemptTrial(attemptID)
+	if live && control.Allowed(r.Context(), trialID) {
+		return true
+	}
+	if live {
+		writeError(w, http.StatusForbidden, control.ErrForbidden)
+		return false
+	}
+	return true // not live: the handler answers 409
+}
+
 // CompleteRequest ends an API-driven attempt.
 type CompleteRequest struct {
 	OK bool `json:"ok"`
@@ -524,6 +559,9 @@ type CompleteRequest struct {
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
 	if !ok {
+		return
+	}
+	if !s.mayActFor(w, r, id) {
 		return
 	}
 	var req CompleteRequest

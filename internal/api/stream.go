@@ -69,13 +69,18 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		_ = sse(w, f, "end", e)
 		return
 	}
-	ping := time.NewTicker(15 * time.Second)
+	ping := time.NewTicker(2 * time.Second)
 	defer ping.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-ping.C:
+			// Updates may be dropped for a slow reader: never miss the end.
+			if e, err := s.st.Experiment(r.Context(), id); err == nil && e.State.Terminal() {
+				_ = sse(w, f, "end", e)
+				return
+			}
 			if _, err := io.WriteString(w, ": ping\n\n"); err != nil {
 				return
 			}

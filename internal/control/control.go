@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,7 +39,41 @@ var (
 	ErrSuperseded = errors.New("attempt is no longer current")
 	// ErrClosed means the controller has stopped.
 	ErrClosed = errors.New("controller stopped")
+	// ErrForbidden means a trial's credentials were used for another trial.
+	ErrForbidden = errors.New("this token may act only for its own trial")
 )
+
+type trialKey struct{}
+
+// AsTrial returns a context whose requests may act only for one trial's
+// attempts (the caller authenticated with that trial's token).
+func AsTrial(ctx context.Context, trialID int64) context.Context {
+	return context.WithValue(ctx, trialKey{}, trialID)
+}
+
+// Allowed reports whether ctx may act for trialID (see AsTrial).
+func Allowed(ctx context.Context, trialID int64) bool {
+	id, ok := ctx.Value(trialKey{}).(int64)
+	return !ok || id == trialID
+}
+
+// ParseTrialToken returns the trial a token names, if it is a trial token
+// signed with secret.
+func ParseTrialToken(secret []byte, token string) (int64, bool) {
+	rest, ok := strings.CutPrefix(token, "vt")
+	if !ok {
+		return 0, false
+	}
+	idText, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, false
+	}
+	return id, hmac.Equal([]byte(token), []byte(TrialToken(secret, id)))
+}
 
 // Checkpointer saves and restores trial checkpoint directories.
 type Checkpointer interface {
@@ -121,11 +156,12 @@ type expState struct {
 type stopReason int
 
 const (
-	notStopping stopReason = iota
-	stopEarly              // the searcher ended it
-	stopUser               // the experiment was stopped
-	stopPause              // the experiment was paused
-	stopTimeout            // the attempt ran past its timeout
+	notStopping     stopReason = iota
+	stopEarly                  // the searcher ended it
+	stopUser                   // the experiment was stopped
+	stopPause                  // the experiment was paused
+	stopTimeout                // the attempt ran past its timeout
+	stopSearchPause            // the searcher paused it; only the searcher resumes it
 )
 
 type trialState struct {
@@ -135,6 +171,8 @@ type trialState struct {
 	stopping stopReason
 	ckpts    []virga.Checkpoint // retained checkpoints, oldest first
 	started  time.Time          // when the current attempt was created (timeouts)
+	// notBefore delays the next start (after a start refused for capacity).
+	notBefore time.Time
 }
 
 // liveAttempt is what a report handler needs, shared with the loop under mu.
@@ -201,6 +239,11 @@ func TrialToken(secret []byte, trialID int64) string {
 // CheckTrialToken reports whether token authorises reports for trialID.
 func (c *Controller) CheckTrialToken(token string, trialID int64) bool {
 	return hmac.Equal([]byte(token), []byte(TrialToken(c.cfg.Secret, trialID)))
+}
+
+// TrialOfToken returns the trial a valid trial token was made for.
+func (c *Controller) TrialOfToken(token string) (int64, bool) {
+	return ParseTrialToken(c.cfg.Secret, token)
 }
 
 // TrialDir returns a trial's own directory.

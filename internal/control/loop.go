@@ -146,10 +146,10 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) er
 		// 5. Create attempts for the trials that start, commit, then launch.
 		if len(it.toStart) > 0 {
 			it2 := newIteration()
-			launches := c.createAttempts(it2, it.toStart)
 			for ts, reply := range it.asks {
 				it2.asks[ts] = reply
 			}
+			launches := c.createAttempts(it2, it.toStart)
 			if err := c.commit(ctx, it2); err != nil {
 				return err
 			}
@@ -349,8 +349,13 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	reason := ts.stopping
 	ts.stopping = notStopping
 	switch {
+	case reason == stopPause && es.exp.State == virga.ExperimentActive:
+		// Resumed before the paused attempt ended: go on from its checkpoint.
+		t.State, t.Message = virga.TrialQueued, "resumed by user"
 	case reason == stopPause:
 		t.State, t.Message = virga.TrialPaused, pausedByUser
+	case reason == stopSearchPause:
+		t.State, t.Message = virga.TrialPaused, pausedBySearcher
 	case reason == stopEarly || reason == stopUser:
 		msg := "stopped early by the searcher"
 		if reason == stopUser {
@@ -360,7 +365,9 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	case a.Outcome == virga.OutcomeSucceeded:
 		c.endTrial(it, ts, virga.TrialCompleted, "", search.Completed, ev.Time)
 	case noCapacity:
+		// Wait for the next tick before trying again, not in a hot loop.
 		t.State, t.Message = virga.TrialQueued, "waiting for capacity"
+		ts.notBefore = ev.Time.Add(c.cfg.TickInterval)
 	case a.Outcome == virga.OutcomeLost && es.exp.State != virga.ExperimentActive:
 		c.afterStopWhileInactive(it, ts, ev.Time)
 	default:
@@ -394,7 +401,10 @@ func (c *Controller) afterStopWhileInactive(it *iteration, ts *trialState, now t
 	ts.t.State, ts.t.Message = virga.TrialPaused, pausedByUser
 }
 
-const pausedByUser = "paused by user"
+const (
+	pausedByUser     = "paused by user"
+	pausedBySearcher = "paused by the searcher"
+)
 
 func ckptName(id string) string {
 	if id == "" {
@@ -408,6 +418,8 @@ func ckptName(id string) string {
 
 func describeExit(a *virga.Attempt) string {
 	switch {
+	case a.Outcome == virga.OutcomeTimeout:
+		return "timeout"
 	case a.Outcome == virga.OutcomeLost:
 		if a.Message != "" {
 			return "lost: " + a.Message
@@ -457,7 +469,7 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 	case virga.ExperimentStopping:
 		c.finishExperiment(it, es, virga.ExperimentStopped, "stopped by user", now)
 	case virga.ExperimentActive:
-		if !es.exhausted {
+		if !es.exhausted && len(es.trials) < es.spec.MaxTrials {
 			return
 		}
 		for _, ts := range es.trials {
@@ -505,6 +517,7 @@ func resources(s *spec.Experiment) virga.Resources {
 // resumed trials), then new proposals, as long as the resources fit.
 func (c *Controller) schedule(it *iteration) {
 	free := c.cfg.Backend.Free().Sub(c.inflight)
+	now := c.now()
 	ids := make([]int64, 0, len(c.exps))
 	for id := range c.exps {
 		ids = append(ids, id)
@@ -527,7 +540,7 @@ func (c *Controller) schedule(it *iteration) {
 		for running < es.spec.MaxConcurrent && res.Fits(free) {
 			var next *trialState
 			for _, ts := range es.trials {
-				if ts.t.State == virga.TrialQueued && ts.attempt == nil && !chosen[ts] {
+				if ts.t.State == virga.TrialQueued && ts.attempt == nil && !chosen[ts] && !now.Before(ts.notBefore) {
 					next = ts
 					break
 				}

@@ -50,7 +50,17 @@ func (c *Controller) handleAsk(it *iteration, r *askReq) {
 		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d is %s: %w", r.id, es.exp.State, virga.ErrConflict)}
 		return
 	}
-	ts := c.propose(it, es, 1)
+	// A trial whose attempt failed (Tell ok=false) runs again before any new one.
+	var ts *trialState
+	for _, q := range es.trials {
+		if q.t.State == virga.TrialQueued && q.attempt == nil {
+			ts = q
+			break
+		}
+	}
+	if ts == nil {
+		ts = c.propose(it, es, 1)
+	}
 	if ts == nil {
 		c.maybeFinish(it, es)
 		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d: %w", r.id, search.ErrExhausted)}
@@ -63,13 +73,14 @@ func (c *Controller) handleAsk(it *iteration, r *askReq) {
 type tellReq struct {
 	attemptID int64
 	ok        bool
+	ctx       context.Context // carries the caller's trial restriction
 	reply     chan result[*virga.Trial]
 }
 
 // Tell ends an API-driven trial's attempt: ok means it completed, otherwise it
 // failed (and is retried up to max_restarts, as a process would be).
 func (c *Controller) Tell(ctx context.Context, attemptID int64, ok bool) (*virga.Trial, error) {
-	r := &tellReq{attemptID: attemptID, ok: ok, reply: make(chan result[*virga.Trial], 1)}
+	r := &tellReq{attemptID: attemptID, ok: ok, ctx: ctx, reply: make(chan result[*virga.Trial], 1)}
 	return call(ctx, c, r, r.reply)
 }
 
@@ -77,6 +88,10 @@ func (c *Controller) handleTell(it *iteration, r *tellReq) {
 	ts := c.attempts[r.attemptID]
 	if ts == nil || ts.attempt == nil || ts.attempt.Backend != apiBackend {
 		r.reply <- result[*virga.Trial]{err: ErrSuperseded}
+		return
+	}
+	if !Allowed(r.ctx, ts.t.ID) {
+		r.reply <- result[*virga.Trial]{err: ErrForbidden}
 		return
 	}
 	code := 0
@@ -184,7 +199,9 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 			continue
 		}
 		if err := adopter.Adopt(ctx, a, resources(ts.exp.spec)); err != nil {
-			return nil, fmt.Errorf("adopting attempt %d of trial %d: %w", a.ID, a.TrialID, err)
+			c.log.Error("cannot adopt attempt; counting it lost", "attempt", a.ID, "trial", a.TrialID, "err", err)
+			c.pendingInputs = append(c.pendingInputs, startFailed{attemptID: a.ID, err: fmt.Errorf("adopting: %w", err)})
+			continue
 		}
 		if ts.stopping != notStopping {
 			_ = c.cfg.Backend.Stop(a.ID, ts.exp.spec.StopGrace.D())

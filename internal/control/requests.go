@@ -117,6 +117,9 @@ func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (s
 	if la == nil {
 		return search.Stop, ErrSuperseded
 	}
+	if !Allowed(ctx, la.trialID) {
+		return search.Continue, ErrForbidden
+	}
 	la.mu.Lock()
 	defer la.mu.Unlock()
 	r := &reportReq{attemptID: attemptID, rep: rep, time: c.now(), reply: make(chan result[search.Decision], 1)}
@@ -180,7 +183,7 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 	} else if d != search.Continue {
 		ts.stopping = stopEarly
 		if d == search.Pause {
-			ts.stopping = stopPause
+			ts.stopping = stopSearchPause
 		}
 		a := ts.attempt
 		grace := es.spec.StopGrace.D()

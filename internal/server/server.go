@@ -193,6 +193,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	go func() { _ = s.httpSrv.Serve(ln) }()
 	info, _ := json.Marshal(Info{URL: s.URL, PID: os.Getpid()})
 	if err := writeFileAtomic(filepath.Join(dir, "server.json"), info, 0o644); err != nil {
+		ok = true // Close releases everything
+		_ = s.Close()
 		return nil, err
 	}
 	ok = true
@@ -211,15 +213,17 @@ func (s *Server) Done() <-chan struct{} { return s.ctl.Done() }
 // Close stops serving and closes everything. Running trials keep running and
 // are adopted by the next server on this data directory.
 func (s *Server) Close() error {
-	if s.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_ = s.httpSrv.Shutdown(ctx)
-		cancel()
-	}
+	// Stop the loop first: open watch streams end with it, so Shutdown does
+	// not wait for them; reports in flight get 503 and are retried by trials.
 	var err error
 	if s.cancel != nil {
 		s.cancel()
 		err = <-s.runErr
+	}
+	if s.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = s.httpSrv.Shutdown(ctx)
+		cancel()
 	}
 	s.closeParts()
 	return err
