@@ -145,10 +145,10 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		for _, t := range trials {
 			ts := &trialState{t: t, exp: es}
 			es.trials = append(es.trials, ts)
-			es.searcher.Created(t.Request, t.ID)
 			if t.State.Terminal() {
-				continue
+				continue // the searcher was told it ended
 			}
+			es.searcher.Created(t.Request, t.ID)
 			c.trials[t.ID] = ts
 			if ts.ckpts, err = c.cfg.Store.Checkpoints(ctx, t.ID); err != nil {
 				return nil, fmtErr("listing checkpoints", err)

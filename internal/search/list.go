@@ -197,11 +197,20 @@ func (s *listSearcher) Observe(trialID int64, step int64, value float64) Decisio
 	return Continue
 }
 
-// Ended records how the trial ended.
+// Ended forgets the trial: these searchers' future proposals do not depend on
+// results, so a snapshot holds only the trials still running and stays small
+// however long the search.
 func (s *listSearcher) Ended(trialID int64, outcome Outcome) {
-	if i, ok := s.byTrial[trialID]; ok {
-		s.trials[i].Ended = true
-		s.trials[i].Outcome = outcome
+	i, ok := s.byTrial[trialID]
+	if !ok {
+		return
+	}
+	s.trials = append(s.trials[:i], s.trials[i+1:]...)
+	s.byTrial = make(map[int64]int, len(s.trials))
+	s.byID = make(map[string]int, len(s.trials))
+	for j, t := range s.trials {
+		s.byTrial[t.Trial] = j
+		s.byID[t.Proposal] = j
 	}
 }
 
