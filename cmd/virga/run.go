@@ -169,6 +169,25 @@ func follow(ctx context.Context, g *globals, c *client.Client, id int64) (*virga
 	}
 	var final *virga.Experiment
 	lastDraw := time.Time{}
+	if p.tty {
+		// Keep the elapsed time moving between events.
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					p.mu.Lock()
+					if p.exp.Experiment != nil && final == nil {
+						p.draw(g.stdout)
+					}
+					p.mu.Unlock()
+				}
+			}
+		}()
+	}
 	err := c.Watch(ctx, id, func(ev client.WatchEvent) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
