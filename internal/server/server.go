@@ -43,6 +43,9 @@ type Config struct {
 	Capacity virga.Resources
 	// ShimCommand runs the trial shim; nil means this executable's "shim" subcommand.
 	ShimCommand []string
+	// WarmShims is how many shims the local backend keeps started ahead of
+	// need (0: 4; negative: none). More make bursts of starts faster.
+	WarmShims int
 	Version     string
 	Logger      *slog.Logger
 }
@@ -142,7 +145,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.be, err = local.New(local.Config{Capacity: cfg.Capacity, ShimCommand: cfg.ShimCommand}); err != nil {
+	warm := cfg.WarmShims
+	if warm == 0 {
+		warm = 4
+	}
+	if s.be, err = local.New(local.Config{Capacity: cfg.Capacity, ShimCommand: cfg.ShimCommand, WarmShims: warm}); err != nil {
 		return nil, err
 	}
 	// 3. Listen (the report URL must be known before trials start).

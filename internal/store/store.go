@@ -14,7 +14,17 @@ import (
 // Batch is a set of changes committed in one transaction, all or nothing.
 //
 // Rows whose ID is 0 are inserted and their ID field is set on success;
-// rows with an ID replace the stored row of that ID (ErrNotFound if none).
+// rows with an ID update the stored row of that ID (ErrNotFound if none).
+//
+// An update writes every field except those fixed at insertion, which it
+// leaves unchanged, ignoring the values given for them:
+//   - Experiment: Name, Spec, SpecFile, CreatedAt;
+//   - Trial: ExperimentID, Seq, Request, HParams, CreatedAt;
+//   - Attempt: TrialID, Number, Backend, CreatedAt.
+//
+// So an update costs what changes (a trial's progress, an experiment's
+// searcher state), not the size of its spec or hyperparameters. An Event
+// with an ID replaces the stored event whole.
 // Experiments are applied first, then trials, attempts, checkpoints, metrics
 // and events, so a batch may insert a trial and, in the same batch, an attempt
 // for it only if the trial's ID is already known (insert the trial in an earlier
