@@ -43,7 +43,9 @@ if [ -f examples/digits-torch/test_train.py ]; then
 fi
 
 if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
-  echo "== fuzz (20s per parser)"
-  go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 20s ./internal/spec
+  echo "== fuzz (15s per parser: experiment files, report bodies, VIRGA_METRIC lines)"
+  go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s -fuzzminimizetime 3s ./internal/spec
+  go test -run '^$' -fuzz '^FuzzReportDecode$' -fuzztime 15s -fuzzminimizetime 3s ./internal/api
+  go test -run '^$' -fuzz '^FuzzMetricLine$' -fuzztime 15s -fuzzminimizetime 3s ./internal/backend/local
 fi
 echo "== all tests passed"
