@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
 	"github.com/spf13/cobra"
+
+	"github.com/virga-ml/virga/internal/api/client"
 )
 
 func newBestCmd(g *globals) *cobra.Command {
@@ -12,17 +15,8 @@ func newBestCmd(g *globals) *cobra.Command {
 		Use:   "best EXPERIMENT",
 		Short: "Print an experiment's best trial: hyperparameters, metrics, checkpoint",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID("experiment", args[0])
-			if err != nil {
-				return err
-			}
-			c, done, err := g.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			b, err := c.Best(cmd.Context(), id)
+		RunE: g.withID("experiment", func(ctx context.Context, c *client.Client, id int64) error {
+			b, err := c.Best(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -49,6 +43,6 @@ func newBestCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "  latest checkpoint: %s\n", t.Checkpoint)
 			}
 			return nil
-		},
+		}),
 	}
 }

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/virga-ml/virga/internal/api/client"
 
 	"github.com/virga-ml/virga/internal/control"
 )
@@ -19,17 +22,8 @@ func newControlCmd(g *globals, op string) *cobra.Command {
 		Use:   op + " EXPERIMENT",
 		Short: controlHelp[op],
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID("experiment", args[0])
-			if err != nil {
-				return err
-			}
-			c, done, err := g.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			e, err := c.Control(cmd.Context(), id, control.Op(op))
+		RunE: g.withID("experiment", func(ctx context.Context, c *client.Client, id int64) error {
+			e, err := c.Control(ctx, id, control.Op(op))
 			if err != nil {
 				return err
 			}
@@ -38,6 +32,6 @@ func newControlCmd(g *globals, op string) *cobra.Command {
 			}
 			fmt.Fprintf(g.stdout, "experiment %d: %s\n", e.ID, e.State)
 			return nil
-		},
+		}),
 	}
 }

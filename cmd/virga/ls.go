@@ -2,7 +2,6 @@ package main
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -42,6 +41,5 @@ func newLsCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only these states (ACTIVE, PAUSED, STOPPING, COMPLETED, STOPPED, FAILED)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many")
-	_ = strings.ToUpper
 	return cmd
 }

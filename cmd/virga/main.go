@@ -146,6 +146,23 @@ func (g *globals) client(ctx context.Context) (*client.Client, func(), error) {
 	return c, func() { _ = st.Close() }, nil
 }
 
+// withID makes a command body that parses its ID argument (of kind) and calls
+// fn with a client of the configured server.
+func (g *globals) withID(kind string, fn func(ctx context.Context, c *client.Client, id int64) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		id, err := parseID(kind, args[0])
+		if err != nil {
+			return err
+		}
+		c, done, err := g.client(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer done()
+		return fn(cmd.Context(), c, id)
+	}
+}
+
 func (g *globals) tokenFor(dataDir string) string {
 	if g.token != "" {
 		return g.token

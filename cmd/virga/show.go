@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/virga-ml/virga/internal/api/client"
 )
 
 func newShowCmd(g *globals) *cobra.Command {
@@ -12,21 +15,12 @@ func newShowCmd(g *globals) *cobra.Command {
 		Use:   "show EXPERIMENT",
 		Short: "Show one experiment: state, progress, best trial, recent events",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID("experiment", args[0])
+		RunE: g.withID("experiment", func(ctx context.Context, c *client.Client, id int64) error {
+			v, err := c.Experiment(ctx, id)
 			if err != nil {
 				return err
 			}
-			c, done, err := g.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			v, err := c.Experiment(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			evs, err := c.Events(cmd.Context(), id, 0)
+			evs, err := c.Events(ctx, id, 0)
 			if err != nil {
 				return err
 			}
@@ -66,7 +60,7 @@ func newShowCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "  %s  %s%s %s\n", e.Time.Local().Format("15:04:05.000"), who, e.Kind, e.Message)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&events, "events", false, "print every event")
 	return cmd

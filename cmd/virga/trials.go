@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"github.com/spf13/cobra"
+
+	"github.com/virga-ml/virga/internal/api/client"
 )
 
 func newTrialsCmd(g *globals) *cobra.Command {
@@ -9,17 +12,8 @@ func newTrialsCmd(g *globals) *cobra.Command {
 		Use:   "trials EXPERIMENT",
 		Short: "List an experiment's trials with their hyperparameters and objective",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID("experiment", args[0])
-			if err != nil {
-				return err
-			}
-			c, done, err := g.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			trials, err := c.Trials(cmd.Context(), id)
+		RunE: g.withID("experiment", func(ctx context.Context, c *client.Client, id int64) error {
+			trials, err := c.Trials(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -32,6 +26,6 @@ func newTrialsCmd(g *globals) *cobra.Command {
 			}
 			table(g.stdout, trialHeader, rows)
 			return nil
-		},
+		}),
 	}
 }

@@ -328,21 +328,10 @@ func BestTrial(trials []*virga.Trial, o spec.Objective) *virga.Trial {
 }
 
 func (s *Server) getExperiment(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(w, r)
-	if !ok {
-		return
+	e, trials, ok := s.experimentAndTrials(w, r)
+	if ok {
+		writeJSON(w, http.StatusOK, s.view(e, trials, true))
 	}
-	e, err := s.st.Experiment(r.Context(), id)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	trials, err := s.st.Trials(r.Context(), id)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.view(e, trials, true))
 }
 
 func (s *Server) controlExperiment(w http.ResponseWriter, r *http.Request) {
@@ -366,23 +355,54 @@ func (s *Server) controlExperiment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listTrials(w http.ResponseWriter, r *http.Request) {
+	if _, trials, ok := s.experimentAndTrials(w, r); ok {
+		writeList(w, trials, nil)
+	}
+}
+
+// experimentAndTrials reads the experiment of the path's ID and its trials,
+// answering the error itself.
+func (s *Server) experimentAndTrials(w http.ResponseWriter, r *http.Request) (*virga.Experiment, []*virga.Trial, bool) {
 	id, ok := pathID(w, r)
 	if !ok {
-		return
+		return nil, nil, false
 	}
-	if _, err := s.st.Experiment(r.Context(), id); err != nil {
+	e, err := s.st.Experiment(r.Context(), id)
+	if err != nil {
 		writeError(w, statusOf(err), err)
-		return
+		return nil, nil, false
 	}
 	trials, err := s.st.Trials(r.Context(), id)
 	if err != nil {
 		writeError(w, statusOf(err), err)
+		return nil, nil, false
+	}
+	return e, trials, true
+}
+
+// trialID returns the path's trial ID once the trial is known to exist.
+func (s *Server) trialID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return 0, false
+	}
+	if _, err := s.st.Trial(r.Context(), id); err != nil {
+		writeError(w, statusOf(err), err)
+		return 0, false
+	}
+	return id, true
+}
+
+// writeList writes a list as JSON ([] rather than null when empty), or err.
+func writeList[T any](w http.ResponseWriter, items []T, err error) {
+	if err != nil {
+		writeError(w, statusOf(err), err)
 		return
 	}
-	if trials == nil {
-		trials = []*virga.Trial{}
+	if items == nil {
+		items = []T{}
 	}
-	writeJSON(w, http.StatusOK, trials)
+	writeJSON(w, http.StatusOK, items)
 }
 
 // BestView is the body of /api/v1/experiments/{id}/best.
@@ -393,23 +413,13 @@ type BestView struct {
 }
 
 func (s *Server) best(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(w, r)
+	e, trials, ok := s.experimentAndTrials(w, r)
 	if !ok {
-		return
-	}
-	e, err := s.st.Experiment(r.Context(), id)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	trials, err := s.st.Trials(r.Context(), id)
-	if err != nil {
-		writeError(w, statusOf(err), err)
 		return
 	}
 	v := s.view(e, trials, false)
 	if v.Best == nil {
-		writeError(w, http.StatusNotFound, fmt.Errorf("experiment %d has no trial that reported %q yet: %w", id, v.Objective.Metric, virga.ErrNotFound))
+		writeError(w, http.StatusNotFound, fmt.Errorf("experiment %d has no trial that reported %q yet: %w", e.ID, v.Objective.Metric, virga.ErrNotFound))
 		return
 	}
 	out := BestView{Objective: v.Objective, Trial: v.Best}
@@ -430,14 +440,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	evs, err := s.st.Events(r.Context(), store.EventFilter{ExperimentID: id, AfterID: after})
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	if evs == nil {
-		evs = []virga.Event{}
-	}
-	writeJSON(w, http.StatusOK, evs)
+	writeList(w, evs, err)
 }
 
 // TrialView is a trial with its attempts.
@@ -465,12 +468,8 @@ func (s *Server) getTrial(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(w, r)
+	id, ok := s.trialID(w, r)
 	if !ok {
-		return
-	}
-	if _, err := s.st.Trial(r.Context(), id); err != nil {
-		writeError(w, statusOf(err), err)
 		return
 	}
 	after, ok := queryInt(w, r, "after", -1)
@@ -478,34 +477,14 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ms, err := s.st.Metrics(r.Context(), store.MetricFilter{TrialID: id, AfterStep: after})
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	if ms == nil {
-		ms = []virga.Metric{}
-	}
-	writeJSON(w, http.StatusOK, ms)
+	writeList(w, ms, err)
 }
 
 func (s *Server) checkpoints(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(w, r)
-	if !ok {
-		return
+	if id, ok := s.trialID(w, r); ok {
+		cs, err := s.st.Checkpoints(r.Context(), id)
+		writeList(w, cs, err)
 	}
-	if _, err := s.st.Trial(r.Context(), id); err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	cs, err := s.st.Checkpoints(r.Context(), id)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	if cs == nil {
-		cs = []virga.Checkpoint{}
-	}
-	writeJSON(w, http.StatusOK, cs)
 }
 
 // ReportReply is the body of a successful report.
