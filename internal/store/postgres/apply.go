@@ -68,28 +68,27 @@ func (q *queue) build(b *store.Batch) error {
 	return nil
 }
 
-// upsert queues an insert (whose RETURNING id sets *id) when *id is 0, and
-// otherwise an update of the row with that ID, failing with
-// virga.ErrNotFound if there is none. The update's last parameter is the ID.
-func (q *queue) upsert(what string, id *int64, insert, update string, args ...any) {
-	if *id == 0 {
-		q.b.Queue(insert, args...).Fn = func(br pgx.BatchResults) error {
-			if err := br.QueryRow().Scan(id); err != nil {
-				return wrap(err, "inserting %s", what)
-			}
-			q.ids = append(q.ids, id)
-			return nil
+// insert queues an insert whose RETURNING id sets *id.
+func (q *queue) insert(what string, id *int64, sql string, args ...any) {
+	q.b.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
+		if err := br.QueryRow().Scan(id); err != nil {
+			return wrap(err, "inserting %s", what)
 		}
-		return
+		q.ids = append(q.ids, id)
+		return nil
 	}
-	want := *id
-	q.b.Queue(update, append(args, want)...).Fn = func(br pgx.BatchResults) error {
+}
+
+// update queues an update of the row with ID id, failing with
+// virga.ErrNotFound if there is none.
+func (q *queue) update(what string, id int64, sql string, args ...any) {
+	q.b.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
 		ct, err := br.Exec()
 		if err != nil {
-			return wrap(err, "updating %s %d", what, want)
+			return wrap(err, "updating %s %d", what, id)
 		}
 		if ct.RowsAffected() == 0 {
-			return fmt.Errorf("updating %s %d: %w", what, want, virga.ErrNotFound)
+			return fmt.Errorf("updating %s %d: %w", what, id, virga.ErrNotFound)
 		}
 		return nil
 	}
@@ -105,62 +104,87 @@ func (q *queue) exec(what string, sql string, args ...any) {
 	}
 }
 
-const experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at`
+// The columns of the rows read back (see read.go) and inserted.
+const (
+	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at`
+	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
+	best_step, checkpoint, message, created_at, updated_at, ended_at`
+	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
+	created_at, started_at, ended_at`
+)
+
+// An update leaves the columns fixed at insertion alone (see store.Batch).
 
 func (q *queue) experiment(e *virga.Experiment) error {
 	var enc encoder
-	args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
-		enc.time("created_at", e.CreatedAt), enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt)}
+	if e.ID == 0 {
+		args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
+			enc.time("created_at", e.CreatedAt), enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt)}
+		if enc.err != nil {
+			return fmt.Errorf("experiment %q: %w", e.Name, enc.err)
+		}
+		q.insert("experiment", &e.ID, `INSERT INTO experiments (`+experimentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
+			args...)
+		return nil
+	}
+	args := []any{string(e.State), e.SearcherState, e.Message,
+		enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt), e.ID}
 	if enc.err != nil {
 		return fmt.Errorf("experiment %q: %w", e.Name, enc.err)
 	}
-	q.upsert("experiment", &e.ID,
-		`INSERT INTO experiments (`+experimentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
-		`UPDATE experiments SET name = $1, state = $2, spec = $3, spec_file = $4, searcher_state = $5,
-			message = $6, created_at = $7, updated_at = $8, ended_at = $9 WHERE id = $10`,
-		args...)
+	q.update("experiment", e.ID, `UPDATE experiments SET state = $1, searcher_state = $2, message = $3,
+		updated_at = $4, ended_at = $5 WHERE id = $6`, args...)
 	return nil
 }
-
-const trialCols = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
-	best_step, checkpoint, message, created_at, updated_at, ended_at`
 
 func (q *queue) trial(t *virga.Trial) error {
 	var enc encoder
-	args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.hparams(t.HParams),
-		t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best), t.BestStep, t.Checkpoint, t.Message,
-		enc.time("created_at", t.CreatedAt), enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt)}
+	what := fmt.Sprintf("trial (experiment %d, seq %d)", t.ExperimentID, t.Seq)
+	if t.ID == 0 {
+		args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.hparams(t.HParams),
+			t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best), t.BestStep, t.Checkpoint, t.Message,
+			enc.time("created_at", t.CreatedAt), enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt)}
+		if enc.err != nil {
+			return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.err)
+		}
+		q.insert(what, &t.ID, `INSERT INTO trials (`+trialCols+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
+			args...)
+		return nil
+	}
+	args := []any{string(t.State), t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best),
+		t.BestStep, t.Checkpoint, t.Message, enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt), t.ID}
 	if enc.err != nil {
 		return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.err)
 	}
-	q.upsert(fmt.Sprintf("trial (experiment %d, seq %d)", t.ExperimentID, t.Seq), &t.ID,
-		`INSERT INTO trials (`+trialCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
-		`UPDATE trials SET experiment_id = $1, seq = $2, request = $3, state = $4, hparams = $5, attempts = $6,
-			restarts = $7, step = $8, latest = $9, best = $10, best_step = $11, checkpoint = $12, message = $13,
-			created_at = $14, updated_at = $15, ended_at = $16 WHERE id = $17`,
-		args...)
+	q.update(what, t.ID, `UPDATE trials SET state = $1, attempts = $2, restarts = $3, step = $4, latest = $5,
+		best = $6, best_step = $7, checkpoint = $8, message = $9, updated_at = $10, ended_at = $11
+		WHERE id = $12`, args...)
 	return nil
 }
 
-const attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
-	created_at, started_at, ended_at`
-
 func (q *queue) attempt(a *virga.Attempt) error {
 	var enc encoder
-	args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
-		a.Signal, a.Restored, a.Dir, a.Message,
-		enc.time("created_at", a.CreatedAt), enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
+	what := fmt.Sprintf("attempt (trial %d, number %d)", a.TrialID, a.Number)
+	if a.ID == 0 {
+		args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
+			a.Signal, a.Restored, a.Dir, a.Message,
+			enc.time("created_at", a.CreatedAt), enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
+		if enc.err != nil {
+			return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.err)
+		}
+		q.insert(what, &a.ID, `INSERT INTO attempts (`+attemptCols+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
+			args...)
+		return nil
+	}
+	args := []any{string(a.State), string(a.Outcome), a.PID, intPtr(a.ExitCode), a.Signal, a.Restored,
+		a.Dir, a.Message, enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt), a.ID}
 	if enc.err != nil {
 		return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.err)
 	}
-	q.upsert(fmt.Sprintf("attempt (trial %d, number %d)", a.TrialID, a.Number), &a.ID,
-		`INSERT INTO attempts (`+attemptCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
-		`UPDATE attempts SET trial_id = $1, number = $2, state = $3, outcome = $4, backend = $5, pid = $6,
-			exit_code = $7, signal = $8, restored = $9, dir = $10, message = $11, created_at = $12,
-			started_at = $13, ended_at = $14 WHERE id = $15`,
-		args...)
+	q.update(what, a.ID, `UPDATE attempts SET state = $1, outcome = $2, pid = $3, exit_code = $4, signal = $5,
+		restored = $6, dir = $7, message = $8, started_at = $9, ended_at = $10 WHERE id = $11`, args...)
 	return nil
 }
 
@@ -230,11 +254,12 @@ func (q *queue) event(e *virga.Event) error {
 	if enc.err != nil {
 		return fmt.Errorf("event %s: %w", e.Kind, enc.err)
 	}
-	q.upsert("event "+e.Kind, &e.ID,
-		`INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
-		`UPDATE events SET experiment_id = $1, trial_id = $2, attempt_id = $3, kind = $4, message = $5, time = $6
-			WHERE id = $7`,
-		args...)
+	if e.ID == 0 {
+		q.insert("event "+e.Kind, &e.ID, `INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, args...)
+		return nil
+	}
+	q.update("event "+e.Kind, e.ID, `UPDATE events SET experiment_id = $1, trial_id = $2, attempt_id = $3,
+		kind = $4, message = $5, time = $6 WHERE id = $7`, append(args, e.ID)...)
 	return nil
 }

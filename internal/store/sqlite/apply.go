@@ -70,10 +70,15 @@ type writer struct {
 	ids *[]*int64
 }
 
-// upsert inserts a row (setting *id) when *id is 0 and otherwise updates the
-// row with that ID, failing with virga.ErrNotFound if there is none.
-func (w *writer) upsert(what string, id *int64, insert, update string, args ...any) error {
+// upsert inserts a row with insertArgs (setting *id) when *id is 0 and
+// otherwise updates the row with that ID with updateArgs (the ID appended as
+// the last parameter), failing with virga.ErrNotFound if there is none.
+func (w *writer) upsert(what string, id *int64, insert, update string, insertArgs func() ([]any, error), updateArgs func() ([]any, error)) error {
 	if *id == 0 {
+		args, err := insertArgs()
+		if err != nil {
+			return err
+		}
 		res, err := w.tx.ExecContext(w.ctx, insert, args...)
 		if err != nil {
 			return wrap(err, "inserting %s", what)
@@ -85,6 +90,10 @@ func (w *writer) upsert(what string, id *int64, insert, update string, args ...a
 		*id = n
 		*w.ids = append(*w.ids, id)
 		return nil
+	}
+	args, err := updateArgs()
+	if err != nil {
+		return err
 	}
 	res, err := w.tx.ExecContext(w.ctx, update, append(args, *id)...)
 	if err != nil {
@@ -100,58 +109,108 @@ func (w *writer) upsert(what string, id *int64, insert, update string, args ...a
 	return nil
 }
 
-const experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at`
+// The columns of the rows read back (see read.go) and inserted.
+const (
+	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at`
+	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
+	best_step, checkpoint, message, created_at, updated_at, ended_at`
+	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
+	created_at, started_at, ended_at`
+)
+
+// The statements of the rows that are inserted and updated. An update leaves
+// the columns fixed at insertion alone (see store.Batch).
+const (
+	insertExperiment = `INSERT INTO experiments (` + experimentCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	updateExperiment = `UPDATE experiments SET state = ?, searcher_state = ?, message = ?, updated_at = ?,
+		ended_at = ? WHERE id = ?`
+	insertTrial = `INSERT INTO trials (` + trialCols + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	updateTrial = `UPDATE trials SET state = ?, attempts = ?, restarts = ?, step = ?, latest = ?, best = ?,
+		best_step = ?, checkpoint = ?, message = ?, updated_at = ?, ended_at = ? WHERE id = ?`
+	insertAttempt = `INSERT INTO attempts (` + attemptCols + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	updateAttempt = `UPDATE attempts SET state = ?, outcome = ?, pid = ?, exit_code = ?, signal = ?,
+		restored = ?, dir = ?, message = ?, started_at = ?, ended_at = ? WHERE id = ?`
+	insertEvent = `INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time)
+		VALUES (?, ?, ?, ?, ?, ?)`
+	updateEvent = `UPDATE events SET experiment_id = ?, trial_id = ?, attempt_id = ?, kind = ?, message = ?,
+		time = ? WHERE id = ?`
+)
 
 func (w *writer) experiment(e *virga.Experiment) error {
-	var enc encoder
-	args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
-		enc.time("created_at", e.CreatedAt), enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt)}
-	if enc.err != nil {
-		return fmt.Errorf("experiment %q: %w", e.Name, enc.err)
-	}
-	return w.upsert("experiment", &e.ID,
-		`INSERT INTO experiments (`+experimentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		`UPDATE experiments SET name = ?, state = ?, spec = ?, spec_file = ?, searcher_state = ?,
-			message = ?, created_at = ?, updated_at = ?, ended_at = ? WHERE id = ?`,
-		args...)
+	fail := func(err error) ([]any, error) { return nil, fmt.Errorf("experiment %q: %w", e.Name, err) }
+	return w.upsert("experiment", &e.ID, insertExperiment, updateExperiment,
+		func() ([]any, error) {
+			var enc encoder
+			args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
+				enc.time("created_at", e.CreatedAt), enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt)}
+			if enc.err != nil {
+				return fail(enc.err)
+			}
+			return args, nil
+		},
+		func() ([]any, error) {
+			var enc encoder
+			args := []any{string(e.State), e.SearcherState, e.Message,
+				enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt)}
+			if enc.err != nil {
+				return fail(enc.err)
+			}
+			return args, nil
+		})
 }
-
-const trialCols = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
-	best_step, checkpoint, message, created_at, updated_at, ended_at`
 
 func (w *writer) trial(t *virga.Trial) error {
-	var enc encoder
-	args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.hparams(t.HParams),
-		t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best), t.BestStep, t.Checkpoint, t.Message,
-		enc.time("created_at", t.CreatedAt), enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt)}
-	if enc.err != nil {
-		return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.err)
+	fail := func(err error) ([]any, error) {
+		return nil, fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, err)
 	}
-	return w.upsert(fmt.Sprintf("trial (experiment %d, seq %d)", t.ExperimentID, t.Seq), &t.ID,
-		`INSERT INTO trials (`+trialCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		`UPDATE trials SET experiment_id = ?, seq = ?, request = ?, state = ?, hparams = ?, attempts = ?,
-			restarts = ?, step = ?, latest = ?, best = ?, best_step = ?, checkpoint = ?, message = ?,
-			created_at = ?, updated_at = ?, ended_at = ? WHERE id = ?`,
-		args...)
+	return w.upsert(fmt.Sprintf("trial (experiment %d, seq %d)", t.ExperimentID, t.Seq), &t.ID, insertTrial, updateTrial,
+		func() ([]any, error) {
+			var enc encoder
+			args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.hparams(t.HParams),
+				t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best), t.BestStep, t.Checkpoint, t.Message,
+				enc.time("created_at", t.CreatedAt), enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt)}
+			if enc.err != nil {
+				return fail(enc.err)
+			}
+			return args, nil
+		},
+		func() ([]any, error) {
+			var enc encoder
+			args := []any{string(t.State), t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best),
+				t.BestStep, t.Checkpoint, t.Message, enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt)}
+			if enc.err != nil {
+				return fail(enc.err)
+			}
+			return args, nil
+		})
 }
 
-const attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
-	created_at, started_at, ended_at`
-
 func (w *writer) attempt(a *virga.Attempt) error {
-	var enc encoder
-	args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
-		a.Signal, a.Restored, a.Dir, a.Message,
-		enc.time("created_at", a.CreatedAt), enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
-	if enc.err != nil {
-		return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.err)
+	fail := func(err error) ([]any, error) {
+		return nil, fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, err)
 	}
-	return w.upsert(fmt.Sprintf("attempt (trial %d, number %d)", a.TrialID, a.Number), &a.ID,
-		`INSERT INTO attempts (`+attemptCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		`UPDATE attempts SET trial_id = ?, number = ?, state = ?, outcome = ?, backend = ?, pid = ?,
-			exit_code = ?, signal = ?, restored = ?, dir = ?, message = ?, created_at = ?, started_at = ?,
-			ended_at = ? WHERE id = ?`,
-		args...)
+	return w.upsert(fmt.Sprintf("attempt (trial %d, number %d)", a.TrialID, a.Number), &a.ID, insertAttempt, updateAttempt,
+		func() ([]any, error) {
+			var enc encoder
+			args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
+				a.Signal, a.Restored, a.Dir, a.Message,
+				enc.time("created_at", a.CreatedAt), enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
+			if enc.err != nil {
+				return fail(enc.err)
+			}
+			return args, nil
+		},
+		func() ([]any, error) {
+			var enc encoder
+			args := []any{string(a.State), string(a.Outcome), a.PID, intPtr(a.ExitCode), a.Signal, a.Restored,
+				a.Dir, a.Message, enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
+			if enc.err != nil {
+				return fail(enc.err)
+			}
+			return args, nil
+		})
 }
 
 func (w *writer) checkpoints(add []virga.Checkpoint, del []store.CheckpointRef) error {
@@ -209,16 +268,15 @@ func (w *writer) metrics(ms []virga.Metric) error {
 
 func (w *writer) events(es []*virga.Event) error {
 	for _, e := range es {
-		var enc encoder
-		args := []any{e.ExperimentID, e.TrialID, e.AttemptID, e.Kind, e.Message, enc.time("time", e.Time)}
-		if enc.err != nil {
-			return fmt.Errorf("event %s: %w", e.Kind, enc.err)
+		args := func() ([]any, error) {
+			var enc encoder
+			args := []any{e.ExperimentID, e.TrialID, e.AttemptID, e.Kind, e.Message, enc.time("time", e.Time)}
+			if enc.err != nil {
+				return nil, fmt.Errorf("event %s: %w", e.Kind, enc.err)
+			}
+			return args, nil
 		}
-		if err := w.upsert("event "+e.Kind, &e.ID,
-			`INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time) VALUES (?, ?, ?, ?, ?, ?)`,
-			`UPDATE events SET experiment_id = ?, trial_id = ?, attempt_id = ?, kind = ?, message = ?, time = ?
-				WHERE id = ?`,
-			args...); err != nil {
+		if err := w.upsert("event "+e.Kind, &e.ID, insertEvent, updateEvent, args, args); err != nil {
 			return err
 		}
 	}

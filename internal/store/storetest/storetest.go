@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ExperimentRoundTrip", testExperimentRoundTrip},
 		{"TrialRoundTrip", testTrialRoundTrip},
 		{"AttemptRoundTrip", testAttemptRoundTrip},
+		{"UpdateKeepsFixedFields", testUpdateKeepsFixedFields},
 		{"NotFound", testNotFound},
 		{"UpdateMissingRollsBack", testUpdateMissingRollsBack},
 		{"MissingParent", testMissingParent},
@@ -216,7 +217,10 @@ func testExperimentRoundTrip(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("Experiment: %v", err)
 	}
-	diff(t, "updated experiment", &upd, got)
+	// Name, Spec, SpecFile and CreatedAt are fixed at insertion (see testUpdateKeepsFixedFields).
+	want := upd
+	want.Name, want.Spec, want.SpecFile, want.CreatedAt = e.Name, e.Spec, e.SpecFile, e.CreatedAt
+	diff(t, "updated experiment", &want, got)
 	if got.SearcherState != nil {
 		t.Errorf("SearcherState = %v, want nil", got.SearcherState)
 	}
@@ -249,7 +253,8 @@ func testTrialRoundTrip(t *testing.T, s store.Store) {
 	}
 	diff(t, "inserted trial", &want, got)
 
-	// Update: nil floats, nil hparams, zero values, an infinite best.
+	// Update: nil floats, zero values, an infinite best. The fields fixed at
+	// insertion (Request, HParams, CreatedAt here) keep their stored values.
 	upd := &virga.Trial{ID: tr.ID, ExperimentID: e.ID, Seq: 1, State: virga.TrialFailed,
 		Best: ptr(math.Inf(-1)), EndedAt: at(time.Minute)}
 	apply(t, s, &store.Batch{Trials: []*virga.Trial{upd}})
@@ -257,26 +262,95 @@ func testTrialRoundTrip(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("Trial: %v", err)
 	}
-	diff(t, "updated trial", upd, got)
+	wantUpd := *upd
+	wantUpd.Request, wantUpd.HParams, wantUpd.CreatedAt = want.Request, want.HParams, want.CreatedAt
+	diff(t, "updated trial", &wantUpd, got)
 	if got.Latest != nil {
 		t.Errorf("Latest = %v, want nil", *got.Latest)
 	}
-	if got.HParams != nil {
-		t.Errorf("HParams = %v, want nil", got.HParams)
-	}
 
-	// Empty hparams stay an empty, non-nil map; a zero float stays non-nil.
-	upd.HParams, upd.Latest = map[string]any{}, ptr(0.0)
-	apply(t, s, &store.Batch{Trials: []*virga.Trial{upd}})
-	got, err = s.Trial(ctx, tr.ID)
+	// Nil hparams come back nil; empty hparams stay an empty, non-nil map;
+	// a zero float stays non-nil.
+	for i, hp := range []map[string]any{nil, {}} {
+		tr := &virga.Trial{ExperimentID: e.ID, Seq: 2 + i, State: virga.TrialQueued, HParams: hp, Latest: ptr(0.0)}
+		apply(t, s, &store.Batch{Trials: []*virga.Trial{tr}})
+		got, err = s.Trial(ctx, tr.ID)
+		if err != nil {
+			t.Fatalf("Trial: %v", err)
+		}
+		if hp == nil && got.HParams != nil {
+			t.Errorf("HParams = %v, want nil", got.HParams)
+		}
+		if hp != nil && (got.HParams == nil || len(got.HParams) != 0) {
+			t.Errorf("HParams = %#v, want an empty map", got.HParams)
+		}
+		if got.Latest == nil || *got.Latest != 0 {
+			t.Errorf("Latest = %v, want a pointer to 0", got.Latest)
+		}
+	}
+}
+
+// testUpdateKeepsFixedFields checks that an update leaves the fields fixed at
+// insertion as stored, whatever values it gives for them (see store.Batch),
+// while writing all the others.
+func testUpdateKeepsFixedFields(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	e, ts := seed(t, s, 2)
+	a := newAttempt(ts[0].ID, 1)
+	apply(t, s, &store.Batch{Attempts: []*virga.Attempt{a}})
+	wantE, wantT, wantA := *e, *ts[0], *a
+
+	// Every field changes, the fixed ones to values that would break
+	// constraints or point elsewhere if they were written.
+	ue := *e
+	ue.Name, ue.Spec, ue.SpecFile, ue.CreatedAt = "renamed", []byte("other spec"), "other.yaml", at(time.Hour)
+	ue.State, ue.SearcherState, ue.Message = virga.ExperimentPaused, []byte{7}, "paused"
+	ue.UpdatedAt, ue.EndedAt = at(2*time.Hour), at(3*time.Hour)
+	wantE.State, wantE.SearcherState, wantE.Message = ue.State, ue.SearcherState, ue.Message
+	wantE.UpdatedAt, wantE.EndedAt = ue.UpdatedAt, ue.EndedAt
+
+	ut := *ts[0]
+	ut.ExperimentID, ut.Seq, ut.Request, ut.CreatedAt = e.ID+1000, ts[1].Seq, "other-req", at(time.Hour)
+	ut.HParams = map[string]any{"lr": 0.5, "extra": "x"}
+	ut.State, ut.Attempts, ut.Restarts, ut.Step = virga.TrialRunning, 3, 2, 77
+	ut.Latest, ut.Best, ut.BestStep, ut.Checkpoint, ut.Message = ptr(0.5), ptr(0.25), 70, "ck", "running"
+	ut.UpdatedAt, ut.EndedAt = at(2*time.Hour), at(3*time.Hour)
+	wantT.State, wantT.Attempts, wantT.Restarts, wantT.Step = ut.State, ut.Attempts, ut.Restarts, ut.Step
+	wantT.Latest, wantT.Best, wantT.BestStep, wantT.Checkpoint, wantT.Message = ut.Latest, ut.Best, ut.BestStep, ut.Checkpoint, ut.Message
+	wantT.UpdatedAt, wantT.EndedAt = ut.UpdatedAt, ut.EndedAt
+
+	ua := *a
+	ua.TrialID, ua.Number, ua.Backend, ua.CreatedAt = ts[1].ID+1000, 9, "other", at(time.Hour)
+	ua.State, ua.Outcome, ua.PID, ua.ExitCode, ua.Signal = virga.AttemptExited, virga.OutcomeFailed, 99, ptr(3), "killed"
+	ua.Restored, ua.Dir, ua.Message = "ck0", "/d", "gone"
+	ua.StartedAt, ua.EndedAt = at(2*time.Hour), at(3*time.Hour)
+	wantA.State, wantA.Outcome, wantA.PID, wantA.ExitCode, wantA.Signal = ua.State, ua.Outcome, ua.PID, ua.ExitCode, ua.Signal
+	wantA.Restored, wantA.Dir, wantA.Message = ua.Restored, ua.Dir, ua.Message
+	wantA.StartedAt, wantA.EndedAt = ua.StartedAt, ua.EndedAt
+
+	apply(t, s, &store.Batch{Experiments: []*virga.Experiment{&ue}, Trials: []*virga.Trial{&ut}, Attempts: []*virga.Attempt{&ua}})
+
+	gotE, err := s.Experiment(ctx, e.ID)
+	if err != nil {
+		t.Fatalf("Experiment: %v", err)
+	}
+	diff(t, "updated experiment", &wantE, gotE)
+	gotT, err := s.Trial(ctx, ts[0].ID)
 	if err != nil {
 		t.Fatalf("Trial: %v", err)
 	}
-	if got.HParams == nil || len(got.HParams) != 0 {
-		t.Errorf("HParams = %#v, want an empty map", got.HParams)
+	diff(t, "updated trial", &wantT, gotT)
+	gotA, err := s.Attempts(ctx, ts[0].ID)
+	if err != nil {
+		t.Fatalf("Attempts: %v", err)
 	}
-	if got.Latest == nil || *got.Latest != 0 {
-		t.Errorf("Latest = %v, want a pointer to 0", got.Latest)
+	diff(t, "updated attempts", []*virga.Attempt{&wantA}, gotA)
+	// Nothing moved to the other trial or experiment.
+	if as, err := s.Attempts(ctx, ts[1].ID); err != nil || len(as) != 0 {
+		t.Errorf("Attempts(other trial) = %v, %v; want nothing", as, err)
+	}
+	if trs, err := s.Trials(ctx, e.ID); err != nil || len(trs) != 2 {
+		t.Errorf("Trials = %d, %v; want 2", len(trs), err)
 	}
 }
 
