@@ -3,7 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
@@ -32,7 +34,7 @@ func (s *Store) apply(ctx context.Context, b *store.Batch, ids *[]*int64) error 
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
 	defer tx.Rollback()
-	w := writer{ctx: ctx, tx: tx, ids: ids}
+	w := writer{ctx: ctx, tx: tx, ids: ids, st: s.st}
 	for _, e := range b.Experiments {
 		if err := w.experiment(e); err != nil {
 			return err
@@ -68,18 +70,25 @@ type writer struct {
 	ctx context.Context
 	tx  *sql.Tx
 	ids *[]*int64
+	st  *stmts
+}
+
+// exec runs a statement prepared once on the writer connection (see stmts)
+// in the batch's transaction, so SQLite does not parse it again.
+func (w *writer) exec(st *sql.Stmt, args ...any) (sql.Result, error) {
+	return w.tx.StmtContext(w.ctx, st).ExecContext(w.ctx, args...)
 }
 
 // upsert inserts a row with insertArgs (setting *id) when *id is 0 and
 // otherwise updates the row with that ID with updateArgs (the ID appended as
 // the last parameter), failing with virga.ErrNotFound if there is none.
-func (w *writer) upsert(what string, id *int64, insert, update string, insertArgs func() ([]any, error), updateArgs func() ([]any, error)) error {
+func (w *writer) upsert(what string, id *int64, insert, update *sql.Stmt, insertArgs func() ([]any, error), updateArgs func() ([]any, error)) error {
 	if *id == 0 {
 		args, err := insertArgs()
 		if err != nil {
 			return err
 		}
-		res, err := w.tx.ExecContext(w.ctx, insert, args...)
+		res, err := w.exec(insert, args...)
 		if err != nil {
 			return wrap(err, "inserting %s", what)
 		}
@@ -95,7 +104,7 @@ func (w *writer) upsert(what string, id *int64, insert, update string, insertArg
 	if err != nil {
 		return err
 	}
-	res, err := w.tx.ExecContext(w.ctx, update, append(args, *id)...)
+	res, err := w.exec(update, append(args, *id)...)
 	if err != nil {
 		return wrap(err, "updating %s %d", what, *id)
 	}
@@ -136,11 +145,98 @@ const (
 		VALUES (?, ?, ?, ?, ?, ?)`
 	updateEvent = `UPDATE events SET experiment_id = ?, trial_id = ?, attempt_id = ?, kind = ?, message = ?,
 		time = ? WHERE id = ?`
+	insertCheckpoint = `INSERT INTO checkpoints (trial_id, id, attempt_id, step, size, files, time)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (trial_id, id) DO NOTHING`
+	deleteCheckpoint = `DELETE FROM checkpoints WHERE trial_id = ? AND id = ?`
 )
+
+// metricCols is the number of parameters of one metric row; maxMetricRows
+// the most rows of one metric statement, 2^(len(stmts.upsertMetrics)-1),
+// far below SQLite's limit of 32766 parameters.
+const (
+	metricCols    = 5
+	maxMetricRows = 64
+)
+
+// upsertMetricsSQL returns the upsert of n metric rows.
+func upsertMetricsSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO metrics (trial_id, step, attempt_id, values_json, time) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?)")
+	}
+	b.WriteString(` ON CONFLICT (trial_id, step) DO UPDATE SET
+		attempt_id = excluded.attempt_id, values_json = excluded.values_json, time = excluded.time`)
+	return b.String()
+}
+
+// stmts are the writer's statements, prepared once when the store opens.
+// They are prepared on the writer *sql.DB, whose only connection is the
+// one every transaction runs on, so tx.StmtContext finds each one already
+// prepared there and SQLite does not parse it again. (Were that connection
+// ever replaced, database/sql would prepare them again on the new one.)
+type stmts struct {
+	insertExperiment, updateExperiment *sql.Stmt
+	insertTrial, updateTrial           *sql.Stmt
+	insertAttempt, updateAttempt       *sql.Stmt
+	insertEvent, updateEvent           *sql.Stmt
+	insertCheckpoint, deleteCheckpoint *sql.Stmt
+	// upsertMetrics[k] upserts 2^k metric rows, up to maxMetricRows.
+	upsertMetrics [7]*sql.Stmt
+	all           []*sql.Stmt
+}
+
+// prepareStmts prepares the writer's statements on db.
+func prepareStmts(ctx context.Context, db *sql.DB) (*stmts, error) {
+	st := &stmts{}
+	prep := func(p **sql.Stmt, query string) error {
+		s, err := db.PrepareContext(ctx, query)
+		if err != nil {
+			return fmt.Errorf("preparing %.40q...: %w", query, err)
+		}
+		*p = s
+		st.all = append(st.all, s)
+		return nil
+	}
+	for _, q := range []struct {
+		p     **sql.Stmt
+		query string
+	}{
+		{&st.insertExperiment, insertExperiment}, {&st.updateExperiment, updateExperiment},
+		{&st.insertTrial, insertTrial}, {&st.updateTrial, updateTrial},
+		{&st.insertAttempt, insertAttempt}, {&st.updateAttempt, updateAttempt},
+		{&st.insertEvent, insertEvent}, {&st.updateEvent, updateEvent},
+		{&st.insertCheckpoint, insertCheckpoint}, {&st.deleteCheckpoint, deleteCheckpoint},
+	} {
+		if err := prep(q.p, q.query); err != nil {
+			st.close()
+			return nil, err
+		}
+	}
+	for k := range st.upsertMetrics {
+		if err := prep(&st.upsertMetrics[k], upsertMetricsSQL(1<<k)); err != nil {
+			st.close()
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// close closes the statements.
+func (st *stmts) close() error {
+	var errs []error
+	for _, s := range st.all {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
 
 func (w *writer) experiment(e *virga.Experiment) error {
 	fail := func(err error) ([]any, error) { return nil, fmt.Errorf("experiment %q: %w", e.Name, err) }
-	return w.upsert("experiment", &e.ID, insertExperiment, updateExperiment,
+	return w.upsert("experiment", &e.ID, w.st.insertExperiment, w.st.updateExperiment,
 		func() ([]any, error) {
 			var enc encoder
 			args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
@@ -165,7 +261,7 @@ func (w *writer) trial(t *virga.Trial) error {
 	fail := func(err error) ([]any, error) {
 		return nil, fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, err)
 	}
-	return w.upsert(fmt.Sprintf("trial (experiment %d, seq %d)", t.ExperimentID, t.Seq), &t.ID, insertTrial, updateTrial,
+	return w.upsert(fmt.Sprintf("trial (experiment %d, seq %d)", t.ExperimentID, t.Seq), &t.ID, w.st.insertTrial, w.st.updateTrial,
 		func() ([]any, error) {
 			var enc encoder
 			args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.hparams(t.HParams),
@@ -191,7 +287,7 @@ func (w *writer) attempt(a *virga.Attempt) error {
 	fail := func(err error) ([]any, error) {
 		return nil, fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, err)
 	}
-	return w.upsert(fmt.Sprintf("attempt (trial %d, number %d)", a.TrialID, a.Number), &a.ID, insertAttempt, updateAttempt,
+	return w.upsert(fmt.Sprintf("attempt (trial %d, number %d)", a.TrialID, a.Number), &a.ID, w.st.insertAttempt, w.st.updateAttempt,
 		func() ([]any, error) {
 			var enc encoder
 			args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
@@ -214,54 +310,50 @@ func (w *writer) attempt(a *virga.Attempt) error {
 }
 
 func (w *writer) checkpoints(add []virga.Checkpoint, del []store.CheckpointRef) error {
-	if len(add) > 0 {
-		st, err := w.tx.PrepareContext(w.ctx, `INSERT INTO checkpoints
-			(trial_id, id, attempt_id, step, size, files, time) VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (trial_id, id) DO NOTHING`)
-		if err != nil {
-			return fmt.Errorf("preparing checkpoint insert: %w", err)
+	for _, c := range add {
+		var enc encoder
+		tm := enc.time("time", c.Time)
+		if enc.err != nil {
+			return fmt.Errorf("checkpoint %s of trial %d: %w", c.ID, c.TrialID, enc.err)
 		}
-		defer st.Close()
-		for _, c := range add {
-			var enc encoder
-			tm := enc.time("time", c.Time)
-			if enc.err != nil {
-				return fmt.Errorf("checkpoint %s of trial %d: %w", c.ID, c.TrialID, enc.err)
-			}
-			if _, err := st.ExecContext(w.ctx, c.TrialID, c.ID, c.AttemptID, c.Step, c.Size, c.Files, tm); err != nil {
-				return wrap(err, "inserting checkpoint %s of trial %d", c.ID, c.TrialID)
-			}
+		if _, err := w.exec(w.st.insertCheckpoint, c.TrialID, c.ID, c.AttemptID, c.Step, c.Size, c.Files, tm); err != nil {
+			return wrap(err, "inserting checkpoint %s of trial %d", c.ID, c.TrialID)
 		}
 	}
 	for _, r := range del {
-		if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM checkpoints WHERE trial_id = ? AND id = ?`, r.TrialID, r.ID); err != nil {
+		if _, err := w.exec(w.st.deleteCheckpoint, r.TrialID, r.ID); err != nil {
 			return wrap(err, "deleting checkpoint %s of trial %d", r.ID, r.TrialID)
 		}
 	}
 	return nil
 }
 
+// metrics upserts ms with multi-row statements: the largest prepared chunk
+// that fits, then smaller ones (see stmts.upsertMetrics), in order, so that
+// of several metrics with the same (trial, step) the last one stays.
 func (w *writer) metrics(ms []virga.Metric) error {
-	if len(ms) == 0 {
-		return nil
-	}
-	st, err := w.tx.PrepareContext(w.ctx, `INSERT INTO metrics (trial_id, step, attempt_id, values_json, time)
-		VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (trial_id, step) DO UPDATE SET
-			attempt_id = excluded.attempt_id, values_json = excluded.values_json, time = excluded.time`)
-	if err != nil {
-		return fmt.Errorf("preparing metric insert: %w", err)
-	}
-	defer st.Close()
-	for _, m := range ms {
-		var enc encoder
-		args := []any{m.TrialID, m.Step, m.AttemptID, enc.values(m.Values), enc.time("time", m.Time)}
-		if enc.err != nil {
-			return fmt.Errorf("metric of trial %d step %d: %w", m.TrialID, m.Step, enc.err)
+	args := make([]any, 0, metricCols*min(len(ms), maxMetricRows))
+	for len(ms) > 0 {
+		k := len(w.st.upsertMetrics) - 1
+		for 1<<k > len(ms) {
+			k--
 		}
-		if _, err := st.ExecContext(w.ctx, args...); err != nil {
-			return wrap(err, "storing metric of trial %d step %d", m.TrialID, m.Step)
+		n := 1 << k
+		args = args[:0]
+		for _, m := range ms[:n] {
+			var enc encoder
+			args = append(args, m.TrialID, m.Step, m.AttemptID, enc.values(m.Values), enc.time("time", m.Time))
+			if enc.err != nil {
+				return fmt.Errorf("metric of trial %d step %d: %w", m.TrialID, m.Step, enc.err)
+			}
 		}
+		if _, err := w.exec(w.st.upsertMetrics[k], args...); err != nil {
+			if n == 1 {
+				return wrap(err, "storing metric of trial %d step %d", ms[0].TrialID, ms[0].Step)
+			}
+			return wrap(err, "storing %d metrics of trials %d..., steps %d...", n, ms[0].TrialID, ms[0].Step)
+		}
+		ms = ms[n:]
 	}
 	return nil
 }
@@ -276,7 +368,7 @@ func (w *writer) events(es []*virga.Event) error {
 			}
 			return args, nil
 		}
-		if err := w.upsert("event "+e.Kind, &e.ID, insertEvent, updateEvent, args, args); err != nil {
+		if err := w.upsert("event "+e.Kind, &e.ID, w.st.insertEvent, w.st.updateEvent, args, args); err != nil {
 			return err
 		}
 	}

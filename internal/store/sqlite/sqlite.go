@@ -45,6 +45,7 @@ const maxReaders = 4
 type Store struct {
 	path      string
 	w         *sql.DB // the single writer connection
+	st        *stmts  // the writer's prepared statements
 	r         *sql.DB // read-only connections
 	closeOnce sync.Once
 	closeErr  error
@@ -89,8 +90,13 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		s.w.Close()
 		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
 	}
+	if s.st, err = prepareStmts(ctx, s.w); err != nil {
+		s.w.Close()
+		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
+	}
 	s.r, err = sql.Open("sqlite", base+"&_pragma=query_only(1)")
 	if err != nil {
+		s.st.close()
 		s.w.Close()
 		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
 	}
@@ -164,6 +170,9 @@ func (s *Store) Close() error {
 		var errs []error
 		if s.r != nil {
 			errs = append(errs, s.r.Close())
+		}
+		if s.st != nil {
+			errs = append(errs, s.st.close())
 		}
 		errs = append(errs, s.w.Close())
 		if err := errors.Join(errs...); err != nil {
