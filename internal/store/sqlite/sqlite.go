@@ -1,6 +1,7 @@
 // Package sqlite is Virga's default store: one SQLite database file in WAL
 // mode with synchronous=FULL, so a batch that Apply has acknowledged survives
-// a kill -9 of the process. It persists what it is told and decides nothing;
+// a kill -9 of the process, an OS crash and a power loss (see SyncNormal for
+// the faster setting that gives up the last two). It persists what it is told and decides nothing;
 // it must never hold state outside the database or reorder a caller's batch.
 //
 // Writes go through a single connection (SQLite allows one writer at a time),
@@ -16,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,10 +55,54 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
+// Synchronous is SQLite's synchronous setting, which decides when a commit
+// reaches the disk.
+type Synchronous string
+
+const (
+	// SyncFull (the default) fsyncs the WAL on every commit: a batch Apply
+	// has acknowledged survives a kill -9 of the process, an OS crash and a
+	// power loss.
+	SyncFull Synchronous = "full"
+	// SyncNormal writes each commit to the WAL file (the OS's page cache)
+	// without fsync, syncing only at checkpoints. An acknowledged batch
+	// still survives the process being killed (kill -9, a crash, an OOM
+	// kill), because the OS keeps the written pages; an OS crash or power
+	// loss may lose the most recent acknowledged batches (never corrupting
+	// the database, which comes back as of an earlier commit).
+	SyncNormal Synchronous = "normal"
+)
+
+// ParseSynchronous reads a synchronous setting: "full" or "normal", in any case.
+func ParseSynchronous(v string) (Synchronous, error) {
+	switch s := Synchronous(strings.ToLower(v)); s {
+	case SyncFull, SyncNormal:
+		return s, nil
+	}
+	return "", fmt.Errorf("synchronous=%q: want full or normal", v)
+}
+
+// Options are the settings of OpenWith. The zero value is Open's defaults.
+type Options struct {
+	Synchronous Synchronous // "" means SyncFull
+}
+
 // Open opens (creating if needed, with its directory) the SQLite database at
-// path and brings its schema up to date. It fails if the database was written
-// by a newer Virga whose schema it does not know.
+// path and brings its schema up to date, with synchronous=FULL. It fails if
+// the database was written by a newer Virga whose schema it does not know.
 func Open(ctx context.Context, path string) (*Store, error) {
+	return OpenWith(ctx, path, Options{})
+}
+
+// OpenWith is Open with settings other than the defaults.
+func OpenWith(ctx context.Context, path string, o Options) (*Store, error) {
+	syncMode := SyncFull
+	if o.Synchronous != "" {
+		var err error
+		if syncMode, err = ParseSynchronous(string(o.Synchronous)); err != nil {
+			return nil, fmt.Errorf("opening sqlite store: %w", err)
+		}
+	}
 	if path == "" {
 		return nil, errors.New("opening sqlite store: empty path")
 	}
@@ -72,7 +118,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		"_pragma": {
 			fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()),
 			"foreign_keys(1)",
-			"synchronous(FULL)",
+			"synchronous(" + strings.ToUpper(string(syncMode)) + ")",
 		},
 	}.Encode()
 	s := &Store{path: abs}

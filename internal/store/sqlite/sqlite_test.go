@@ -250,3 +250,22 @@ func BenchmarkApplyMetrics(b *testing.B) {
 	s := open(b, filepath.Join(b.TempDir(), "virga.db"))
 	storetest.BenchmarkApplyMetrics(b, s)
 }
+
+// BenchmarkApplyMetricsSyncNormal is BenchmarkApplyMetrics with
+// synchronous=normal (no fsync per commit).
+func BenchmarkApplyMetricsSyncNormal(b *testing.B) {
+	s, err := sqlite.OpenWith(context.Background(), filepath.Join(b.TempDir(), "virga.db"),
+		sqlite.Options{Synchronous: sqlite.SyncNormal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	storetest.BenchmarkApplyMetrics(b, s)
+}
+
+func TestOpenWithBadSynchronous(t *testing.T) {
+	_, err := sqlite.OpenWith(context.Background(), filepath.Join(t.TempDir(), "v.db"), sqlite.Options{Synchronous: "off"})
+	if err == nil {
+		t.Fatal("OpenWith(synchronous=off) succeeded, want an error")
+	}
+}

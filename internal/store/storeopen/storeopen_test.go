@@ -31,6 +31,12 @@ func TestParse(t *testing.T) {
 		{url: "file:///abs/v.db", wantKind: "sqlite", wantTarget: "/abs/v.db"},
 		{url: "postgres://u:p@h/db", wantKind: "postgres", wantTarget: "postgres://u:p@h/db"},
 		{url: "postgresql://h/db?search_path=x", wantKind: "postgres", wantTarget: "postgresql://h/db?search_path=x"},
+		{url: "sqlite:///abs/v.db?synchronous=normal", wantKind: "sqlite", wantTarget: "/abs/v.db"},
+		{url: "file:data/v.db?synchronous=FULL", wantKind: "sqlite", wantTarget: "data/v.db"},
+		{url: "/odd/name?x.db", wantKind: "sqlite", wantTarget: "/odd/name?x.db"},
+		{url: "sqlite:///abs/v.db?synchronous=off", wantErr: `want full or normal`},
+		{url: "sqlite:///abs/v.db?journal_mode=delete", wantErr: `unknown or repeated parameter "journal_mode"`},
+		{url: "sqlite://?synchronous=normal", wantErr: "names no file"},
 		{url: "", wantErr: "empty store URL"},
 		{url: "sqlite://", wantErr: "names no file"},
 		{url: "file:", wantErr: "names no file"},
@@ -59,6 +65,7 @@ func TestOpenSQLite(t *testing.T) {
 		filepath.Join(dir, "plain", "v.db"),
 		"sqlite://" + filepath.Join(dir, "sqlite", "v.db"),
 		"file:" + filepath.Join(dir, "file", "v.db"),
+		"sqlite://" + filepath.Join(dir, "normal", "v.db") + "?synchronous=normal",
 	} {
 		s, err := storeopen.Open(context.Background(), u)
 		if err != nil {
@@ -69,7 +76,7 @@ func TestOpenSQLite(t *testing.T) {
 		}
 		s.Close()
 	}
-	for _, sub := range []string{"plain", "sqlite", "file"} {
+	for _, sub := range []string{"plain", "sqlite", "file", "normal"} {
 		if _, err := os.Stat(filepath.Join(dir, sub, "v.db")); err != nil {
 			t.Errorf("database for the %s form not where asked: %v", sub, err)
 		}
