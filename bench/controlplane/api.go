@@ -41,7 +41,7 @@ func runAPI(ctx context.Context, o *options, logger *slog.Logger, dir string, ru
 	closed := false
 	defer func() {
 		if !closed {
-			_ = srv.Close()
+			_ = closeServer(srv)
 		}
 	}()
 	cl := newClient(srv, o.apiClients)
@@ -113,7 +113,7 @@ func runAPI(ctx context.Context, o *options, logger *slog.Logger, dir string, ru
 	}
 	res.Met = res.Rate >= targetAPI && res.Errors == 0 && res.Problems == ""
 	closed = true
-	if err := srv.Close(); err != nil {
+	if err := closeServer(srv); err != nil {
 		return res, fmt.Errorf("closing the server: %w", err)
 	}
 	return res, nil

@@ -53,7 +53,7 @@ func runE2E(ctx context.Context, o *options, logger *slog.Logger, dir, trialBin 
 	closed := false
 	defer func() {
 		if !closed {
-			_ = srv.Close()
+			_ = closeServer(srv)
 		}
 	}()
 	specFile := filepath.Join(dir, "e2e.yaml")
@@ -171,7 +171,7 @@ wait:
 	res.P50ms, res.P99ms, res.MaxMs = percentile(delays, 0.50), percentile(delays, 0.99), percentile(delays, 1)
 	res.Met = res.Rate >= targetE2ERate && res.P99ms < targetE2EP99ms && res.Failed == 0
 	closed = true
-	if err := srv.Close(); err != nil {
+	if err := closeServer(srv); err != nil {
 		return res, fmt.Errorf("closing the server: %w", err)
 	}
 	return res, nil
@@ -202,4 +202,17 @@ func firstFailure(ctx context.Context, srv *server.Server, trials []*virga.Trial
 		return msg
 	}
 	return ""
+}
+
+// closeServer closes srv, giving up after 15 s so that a stuck control loop
+// (Close waits for it) cannot hang the benchmark.
+func closeServer(srv *server.Server) error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(15 * time.Second):
+		return errors.New("the server did not close within 15s (is the control loop stuck? run with GOTRACEBACK=all and send SIGQUIT)")
+	}
 }

@@ -47,7 +47,7 @@ func runIngest(ctx context.Context, o *options, logger *slog.Logger, dir, pgBase
 	closed := false
 	defer func() {
 		if !closed {
-			_ = srv.Close()
+			_ = closeServer(srv)
 		}
 	}()
 	cl := newClient(srv, o.ingTrials)
@@ -115,7 +115,7 @@ func runIngest(ctx context.Context, o *options, logger *slog.Logger, dir, pgBase
 
 	// Durability: close the server, reopen the store, count.
 	closed = true
-	if err := srv.Close(); err != nil {
+	if err := closeServer(srv); err != nil {
 		return res, fmt.Errorf("closing the server: %w", err)
 	}
 	st, err := storeopen.Open(ctx, dbURL)
