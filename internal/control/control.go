@@ -134,6 +134,8 @@ type Controller struct {
 	startedSeen   map[int64]bool        // attempts whose Started event arrived
 	pendingEvents []*virga.Event        // events to record in the next pass
 	pendingInputs []input               // inputs made by recovery, handled in the first pass
+	progress      map[*trialState]bool  // trials with progress not yet written
+	flushAll      bool                  // write all progress now (shutdown)
 	err           error
 }
 
@@ -173,7 +175,11 @@ type trialState struct {
 	started  time.Time          // when the current attempt was created (timeouts)
 	// notBefore delays the next start (after a start refused for capacity).
 	notBefore time.Time
+	written   time.Time // when the trial row was last written
 }
+
+// progressInterval bounds how often a reporting trial's row is rewritten.
+const progressInterval = time.Second
 
 // liveAttempt is what a report handler needs, shared with the loop under mu.
 type liveAttempt struct {
@@ -226,6 +232,7 @@ func New(cfg Config) (*Controller, error) {
 		trials:      map[int64]*trialState{},
 		attempts:    map[int64]*trialState{},
 		startedSeen: map[int64]bool{},
+		progress:    map[*trialState]bool{},
 	}, nil
 }
 

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,18 +34,19 @@ type startFailed struct {
 // iteration collects the changes of one pass of the loop and what to do once
 // they are committed.
 type iteration struct {
-	exps    map[*expState]bool
-	trials  []*trialState // trials to write (inserted when ID is 0)
-	tset    map[*trialState]bool
-	b       store.Batch
-	after   []func() // run after the commit, in order
-	toStart []*trialState
-	asks    map[*trialState]chan result[Asked]
-	again   bool // run another pass at once (new experiments)
+	exps     map[*expState]bool
+	reported map[*trialState]bool // trials whose progress changed (published; written per commit's rules)
+	trials   []*trialState        // trials to write (inserted when ID is 0)
+	tset     map[*trialState]bool
+	b        store.Batch
+	after    []func() // run after the commit, in order
+	toStart  []*trialState
+	asks     map[*trialState]chan result[Asked]
+	again    bool // run another pass at once (new experiments)
 }
 
 func newIteration() *iteration {
-	return &iteration{exps: map[*expState]bool{}, tset: map[*trialState]bool{}, asks: map[*trialState]chan result[Asked]{}}
+	return &iteration{exps: map[*expState]bool{}, reported: map[*trialState]bool{}, tset: map[*trialState]bool{}, asks: map[*trialState]chan result[Asked]{}}
 }
 
 func (it *iteration) touchTrial(ts *trialState) {
@@ -79,6 +81,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		var ins []input
 		select {
 		case <-ctx.Done():
+			// Write the progress not yet written; recovery would recompute it anyway.
+			c.flushAll = true
+			if err := c.iterate(context.WithoutCancel(ctx), newIteration(), nil); err != nil {
+				c.log.Warn("writing trial progress at shutdown", "err", err)
+			}
 			return nil
 		case in := <-c.inbox:
 			ins = append(ins, in)
@@ -183,39 +190,57 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) er
 // commit writes the iteration's batch and publishes what changed.
 func (c *Controller) commit(ctx context.Context, it *iteration) error {
 	now := c.now()
-	for es := range it.exps {
-		if es.dirty {
-			snap, err := es.searcher.Snapshot()
-			if err != nil {
-				return fmtErr("snapshot of searcher", err)
-			}
-			es.exp.SearcherState = snap
-			es.dirty = false
+	// 1. Progress of reporting trials (step, latest, best) is written at most
+	// every progressInterval, or with any other change of the trial; it is
+	// published at once, and recovery recomputes it from the metrics.
+	for ts := range c.progress {
+		if it.tset[ts] || c.flushAll || now.Sub(ts.written) >= progressInterval {
+			it.touchTrial(ts)
 		}
+	}
+	// 2. Searcher snapshots are written when they changed.
+	cands := map[*expState]bool{}
+	for es := range it.exps {
+		cands[es] = true
+	}
+	for _, ts := range it.trials {
+		cands[ts.exp] = true
+	}
+	for ts := range it.reported {
+		cands[ts.exp] = true
+	}
+	for es := range cands {
+		if !es.dirty {
+			continue
+		}
+		snap, err := es.searcher.Snapshot()
+		if err != nil {
+			return fmtErr("snapshot of searcher", err)
+		}
+		es.dirty = false
+		if !bytes.Equal(snap, es.exp.SearcherState) {
+			es.exp.SearcherState = snap
+			it.exps[es] = true
+		}
+	}
+	for es := range it.exps {
 		es.exp.UpdatedAt = now
 		it.b.Experiments = append(it.b.Experiments, es.exp)
 	}
 	for _, ts := range it.trials {
-		if ts.exp.dirty && !it.exps[ts.exp] {
-			it.exps[ts.exp] = true
-			snap, err := ts.exp.searcher.Snapshot()
-			if err != nil {
-				return fmtErr("snapshot of searcher", err)
-			}
-			ts.exp.exp.SearcherState = snap
-			ts.exp.dirty = false
-			ts.exp.exp.UpdatedAt = now
-			it.b.Experiments = append(it.b.Experiments, ts.exp.exp)
-		}
 		ts.t.UpdatedAt = now
+		ts.written = now
+		delete(c.progress, ts)
 		it.b.Trials = append(it.b.Trials, ts.t)
 	}
-	if it.b.Empty() {
+	if it.b.Empty() && len(it.reported) == 0 {
 		return nil
 	}
 	newEvents := it.b.Events
-	if err := c.cfg.Store.Apply(ctx, &it.b); err != nil {
-		return fmtErr("committing state", err)
+	if !it.b.Empty() {
+		if err := c.cfg.Store.Apply(ctx, &it.b); err != nil {
+			return fmtErr("committing state", err)
+		}
 	}
 	for _, e := range newEvents {
 		if e.TrialID != 0 && e.ExperimentID == 0 {
@@ -240,6 +265,12 @@ func (c *Controller) commit(ctx context.Context, it *iteration) error {
 	for _, ts := range it.trials {
 		u := up(ts.t.ExperimentID)
 		u.Trials = append(u.Trials, cloneTrial(ts.t))
+	}
+	for ts := range it.reported {
+		if !it.tset[ts] {
+			u := up(ts.t.ExperimentID)
+			u.Trials = append(u.Trials, cloneTrial(ts.t))
+		}
 	}
 	c.publish(ups)
 	return nil

@@ -106,6 +106,40 @@ func eventExit(attemptID int64, now time.Time, code *int) backend.Event {
 	return backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: now, ExitCode: code}
 }
 
+// recomputeProgress sets a trial's step, latest and best objective from its
+// metrics and reports whether anything changed.
+func recomputeProgress(t *virga.Trial, ms []virga.Metric, o spec.Objective) bool {
+	if len(ms) == 0 {
+		return false
+	}
+	before := fmt.Sprint(t.Step, fmtPtr(t.Latest), fmtPtr(t.Best), t.BestStep)
+	last := ms[0]
+	var best *float64
+	var bestStep int64
+	for _, m := range ms {
+		if m.Time.After(last.Time) || (m.Time.Equal(last.Time) && m.Step > last.Step) {
+			last = m
+		}
+		if v, ok := m.Values[o.Metric]; ok && (best == nil || o.Better(v, *best)) {
+			b := v
+			best, bestStep = &b, m.Step
+		}
+	}
+	t.Step = last.Step
+	if v, ok := last.Values[o.Metric]; ok {
+		t.Latest = &v
+	}
+	t.Best, t.BestStep = best, bestStep
+	return before != fmt.Sprint(t.Step, fmtPtr(t.Latest), fmtPtr(t.Best), t.BestStep)
+}
+
+func fmtPtr(p *float64) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
+}
+
 func storeRef(ck virga.Checkpoint) store.CheckpointRef {
 	return store.CheckpointRef{TrialID: ck.TrialID, ID: ck.ID}
 }
@@ -152,6 +186,15 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 			c.trials[t.ID] = ts
 			if ts.ckpts, err = c.cfg.Store.Checkpoints(ctx, t.ID); err != nil {
 				return nil, fmtErr("listing checkpoints", err)
+			}
+			// The row's progress may lag its metrics (it is written at most every
+			// progressInterval): recompute it.
+			ms, err := c.cfg.Store.Metrics(ctx, store.MetricFilter{TrialID: t.ID, AfterStep: -1})
+			if err != nil {
+				return nil, fmtErr("listing metrics", err)
+			}
+			if recomputeProgress(t, ms, es.spec.Objective) {
+				it.touchTrial(ts)
 			}
 		}
 		es.dirty = true

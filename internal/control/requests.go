@@ -165,8 +165,10 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		t.Checkpoint = ck.ID
 		ts.ckpts = append(ts.ckpts, ck)
 		c.retain(it, ts)
+		it.touchTrial(ts) // the checkpoint a restart needs is written at once
 	}
-	it.touchTrial(ts)
+	c.progress[ts] = true
+	it.reported[ts] = true
 	d := search.Continue
 	if v, ok := r.rep.Metrics[es.spec.Objective.Metric]; ok {
 		v := v

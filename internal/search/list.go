@@ -37,14 +37,11 @@ type listSearcher struct {
 var _ Searcher = (*listSearcher)(nil)
 
 // trialRecord is what a searcher knows of one trial created from a proposal.
+// Results are not kept: these searchers' proposals do not depend on them, and
+// a state that metrics do not change needs no new snapshot per report.
 type trialRecord struct {
-	Proposal     string    `json:"proposal"`
-	Trial        int64     `json:"trial"`
-	Observations int       `json:"observations,omitempty"`
-	Step         int64     `json:"step,omitempty"`  // latest observed step
-	Value        jsonFloat `json:"value,omitempty"` // latest observed value
-	Ended        bool      `json:"ended,omitempty"`
-	Outcome      Outcome   `json:"outcome,omitempty"`
+	Proposal string `json:"proposal"`
+	Trial    int64  `json:"trial"`
 }
 
 // listState is the JSON snapshot of a listSearcher.
@@ -186,14 +183,8 @@ func (s *listSearcher) Created(id string, trialID int64) {
 	s.byTrial[trialID] = len(s.trials) - 1
 }
 
-// Observe records the trial's latest value; these searchers never stop a trial.
+// Observe changes nothing: these searchers never stop a trial.
 func (s *listSearcher) Observe(trialID int64, step int64, value float64) Decision {
-	if i, ok := s.byTrial[trialID]; ok {
-		t := &s.trials[i]
-		t.Observations++
-		t.Step = step
-		t.Value = jsonFloat(value)
-	}
 	return Continue
 }
 
@@ -306,46 +297,4 @@ func satMul(a, b int) int {
 		return math.MaxInt
 	}
 	return a * b
-}
-
-// jsonFloat is a float64 that survives JSON when it is NaN or infinite (a
-// diverging trial reports such values): those are written as strings.
-type jsonFloat float64
-
-// MarshalJSON writes finite values as numbers and others as "NaN", "+Inf" or "-Inf".
-func (f jsonFloat) MarshalJSON() ([]byte, error) {
-	v := float64(f)
-	switch {
-	case math.IsNaN(v):
-		return []byte(`"NaN"`), nil
-	case math.IsInf(v, 1):
-		return []byte(`"+Inf"`), nil
-	case math.IsInf(v, -1):
-		return []byte(`"-Inf"`), nil
-	}
-	return json.Marshal(v)
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (f *jsonFloat) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		switch s {
-		case "NaN":
-			*f = jsonFloat(math.NaN())
-		case "+Inf":
-			*f = jsonFloat(math.Inf(1))
-		case "-Inf":
-			*f = jsonFloat(math.Inf(-1))
-		default:
-			return fmt.Errorf("bad float %q", s)
-		}
-		return nil
-	}
-	var v float64
-	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("bad float %s: %w", b, err)
-	}
-	*f = jsonFloat(v)
-	return nil
 }

@@ -477,7 +477,7 @@ func TestTracksTrials(t *testing.T) {
 	if st.Proposed != 2 || len(st.Trials) != 1 {
 		t.Fatalf("snapshot %s: want 2 proposed, 1 live trial", snap)
 	}
-	if tr := st.Trials[0]; tr.Proposal != "r1" || tr.Trial != 11 || tr.Step != 3 || tr.Value != "NaN" || tr.Ended {
+	if tr := st.Trials[0]; tr.Proposal != "r1" || tr.Trial != 11 {
 		t.Errorf("trial 11 recorded as %+v", tr)
 	}
 	r := mustNew(t, experiment("grid", 0, intHP("a", 1, 3)), 1)
