@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/search"
 )
 
@@ -104,4 +105,42 @@ func TestStopAPIDrivenExperiment(t *testing.T) {
 	if h.be.stopped(a.AttemptID) {
 		t.Errorf("the backend was asked to stop API attempt %d", a.AttemptID)
 	}
+}
+
+// TestConcurrentAsks: asks batched into one pass of the loop each get their
+// own trial, and every one is answered.
+func TestConcurrentAsks(t *testing.T) {
+	h := newHarness(t)
+	h.start(newFakeBackend())
+	e := h.submit(apiDrivenYAML + "max_trials: 40\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type got struct {
+		a   control.Asked
+		err error
+	}
+	results := make(chan got, 40)
+	for range 8 {
+		go func() {
+			for range 5 {
+				a, err := h.ctl.Ask(ctx, e.ID)
+				if err == nil {
+					_, err = h.ctl.Tell(ctx, a.AttemptID, true)
+				}
+				results <- got{a, err}
+			}
+		}()
+	}
+	seen := map[int64]bool{}
+	for range 40 {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("ask/tell: %v", r.err)
+		}
+		if seen[r.a.Trial.ID] {
+			t.Fatalf("trial %d was handed out twice", r.a.Trial.ID)
+		}
+		seen[r.a.Trial.ID] = true
+	}
+	h.waitExp(e.ID, virga.ExperimentCompleted)
 }

@@ -53,7 +53,7 @@ func (c *Controller) handleAsk(it *iteration, r *askReq) {
 	// A trial whose attempt failed (Tell ok=false) runs again before any new one.
 	var ts *trialState
 	for _, q := range es.trials {
-		if q.t.State == virga.TrialQueued && q.attempt == nil {
+		if _, taken := it.asks[q]; !taken && q.t.State == virga.TrialQueued && q.attempt == nil {
 			ts = q
 			break
 		}
