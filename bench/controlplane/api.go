@@ -34,7 +34,7 @@ func runAPI(ctx context.Context, o *options, logger *slog.Logger, dir string, ru
 	if !o.apiComplete {
 		res.Variant = "ask-report"
 	}
-	srv, err := server.Start(ctx, server.Config{DataDir: filepath.Join(dir, "data"), Logger: logger, Version: "bench"})
+	srv, err := server.Start(ctx, server.Config{DataDir: filepath.Join(dir, "data"), DB: o.sqliteURL(filepath.Join(dir, "data")), Logger: logger, Version: "bench"})
 	if err != nil {
 		return res, err
 	}

@@ -45,7 +45,7 @@ func runE2E(ctx context.Context, o *options, logger *slog.Logger, dir, trialBin 
 		res.Variant = "stdout"
 		cmd = fmt.Sprintf("[%q, \"--stdout\", \"${x}\"]", trialBin)
 	}
-	srv, err := server.Start(ctx, server.Config{DataDir: filepath.Join(dir, "data"),
+	srv, err := server.Start(ctx, server.Config{DataDir: filepath.Join(dir, "data"), DB: o.sqliteURL(filepath.Join(dir, "data")),
 		Capacity: virga.Resources{CPU: float64(o.e2eConc), MemoryMB: 16384}, Logger: logger, Version: "bench"})
 	if err != nil {
 		return res, err
@@ -191,7 +191,11 @@ func firstFailure(ctx context.Context, srv *server.Server, trials []*virga.Trial
 			continue
 		}
 		msg := fmt.Sprintf("trial %d is %s: %s", t.ID, t.State, t.Message)
-		if b, err := os.ReadFile(filepath.Join(srv.Controller().AttemptDir(t.ID, 1), "output.log")); err == nil && len(b) > 0 {
+		as, err := srv.Store().Attempts(ctx, t.ID)
+		if err != nil || len(as) == 0 {
+			return msg
+		}
+		if b, err := os.ReadFile(filepath.Join(srv.Controller().AttemptDir(as[len(as)-1].ID), "output.log")); err == nil && len(b) > 0 {
 			if len(b) > 300 {
 				b = b[len(b)-300:]
 			}

@@ -36,7 +36,7 @@ func runIngest(ctx context.Context, o *options, logger *slog.Logger, dir, pgBase
 		defer drop()
 		dbURL = u
 	}
-	cfg := server.Config{DataDir: dataDir, Logger: logger, Version: "bench"}
+	cfg := server.Config{DataDir: dataDir, DB: o.sqliteURL(dataDir), Logger: logger, Version: "bench"}
 	if pgBase != "" {
 		cfg.DB = dbURL
 	}

@@ -34,7 +34,13 @@ import (
 	"github.com/virga-ml/virga/internal/backend/local"
 )
 
+// sqliteURL is the store URL of a SQLite database in dataDir with the chosen durability.
+func (o *options) sqliteURL(dataDir string) string {
+	return "sqlite://" + filepath.Join(dataDir, "virga.db") + "?synchronous=" + o.sqliteSync
+}
+
 type options struct {
+	sqliteSync  string
 	parts       map[string]bool
 	repeat      int
 	jsonOut     bool
@@ -123,6 +129,7 @@ func run() int {
 	flag.BoolVar(&o.noSQLite, "no-sqlite", false, "ingest: skip the SQLite run")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (server and clients; trial processes excluded) to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directories")
+	flag.StringVar(&o.sqliteSync, "sqlite-sync", "full", "SQLite durability: full (fsync per commit) or normal (WAL without fsync per commit: survives kill -9, not power loss)")
 	flag.BoolVar(&o.verbose, "v", false, "log the server's messages at info level")
 	flag.Parse()
 	o.parts = map[string]bool{}

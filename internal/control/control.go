@@ -253,14 +253,15 @@ func (c *Controller) TrialOfToken(token string) (int64, bool) {
 	return ParseTrialToken(c.cfg.Secret, token)
 }
 
-// TrialDir returns a trial's own directory.
+// TrialDir returns a trial's working checkpoint directory (VIRGA_CHECKPOINT_DIR).
 func (c *Controller) TrialDir(trialID int64) string {
 	return filepath.Join(c.cfg.DataDir, "trials", strconv.FormatInt(trialID, 10))
 }
 
-// AttemptDir returns an attempt's directory (logs, shim files).
-func (c *Controller) AttemptDir(trialID int64, number int) string {
-	return filepath.Join(c.TrialDir(trialID), "attempts", strconv.Itoa(number))
+// AttemptDir returns an attempt's directory (logs, shim files). It depends on
+// the attempt's ID alone, so it can be derived when the record lacks it.
+func (c *Controller) AttemptDir(attemptID int64) string {
+	return filepath.Join(c.cfg.DataDir, "attempts", strconv.FormatInt(attemptID, 10))
 }
 
 // Subscribe returns a channel of updates for one experiment (0: all) and a

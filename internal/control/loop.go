@@ -133,9 +133,11 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) er
 		for _, in := range ins {
 			c.handle(it, in)
 		}
-		// 2. Decide which trials start and which new trials to create.
+		// 2. Decide which trials start and which new trials to create, and
+		// add the attempts of the trials that start.
 		c.schedule(it)
-		// 3. Commit; new trials get their IDs.
+		launches := c.createAttempts(it, it.toStart)
+		// 3. Commit; new trials and attempts get their IDs.
 		if err := c.commit(ctx, it); err != nil {
 			return err
 		}
@@ -146,39 +148,20 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) er
 				ts.exp.dirty = true
 			}
 		}
-		// 4. Act on what is now durable: replies, stops, deletions.
+		// 4. Act on what is now durable: replies, stops, deletions, launches.
 		for _, f := range it.after {
 			f()
 		}
-		// 5. Create attempts for the trials that start, commit, then launch.
-		if len(it.toStart) > 0 {
-			it2 := newIteration()
-			for ts, reply := range it.asks {
-				it2.asks[ts] = reply
+		for _, l := range launches {
+			l.fill(c)
+			c.attempts[l.la.attemptID] = l.ts
+			c.setLive(l.la)
+			if reply, ok := it.asks[l.ts]; ok {
+				c.startedSeen[l.la.attemptID] = true // no process: nothing in flight
+				reply <- result[Asked]{v: Asked{Trial: cloneTrial(l.ts.t), AttemptID: l.la.attemptID, Token: TrialToken(c.cfg.Secret, l.ts.t.ID)}}
+				continue
 			}
-			launches := c.createAttempts(it2, it.toStart)
-			if err := c.commit(ctx, it2); err != nil {
-				return err
-			}
-			for _, l := range launches {
-				l.fill(c)
-				c.attempts[l.la.attemptID] = l.ts
-				c.setLive(l.la)
-				if reply, ok := it2.asks[l.ts]; ok {
-					c.startedSeen[l.la.attemptID] = true // no process: nothing in flight
-					reply <- result[Asked]{v: Asked{Trial: cloneTrial(l.ts.t), AttemptID: l.la.attemptID, Token: TrialToken(c.cfg.Secret, l.ts.t.ID)}}
-					continue
-				}
-				go c.launch(ctx, l)
-			}
-			for _, f := range it2.after {
-				f()
-			}
-		} else {
-			for ts, reply := range it.asks {
-				_ = ts
-				reply <- result[Asked]{err: fmt.Errorf("experiment %d: %w", ts.exp.exp.ID, search.ErrExhausted)}
-			}
+			go c.launch(ctx, l)
 		}
 		if !it.again {
 			return nil
@@ -653,32 +636,35 @@ type launch struct {
 	restore string
 }
 
-// fill sets the IDs that are known only once the attempt is committed.
+// fill completes what is known only once the attempt is committed: the
+// trial's and the attempt's IDs, the attempt's directory and how to start it.
 func (l *launch) fill(c *Controller) {
-	a := l.ts.attempt
-	l.la.attemptID = a.ID
-	if l.spec != nil {
-		l.spec.AttemptID = a.ID
-		l.spec.ReportURL = c.reportURL(a.ID)
-		l.spec.Env["VIRGA_ATTEMPT_ID"] = strconv.FormatInt(a.ID, 10)
-		l.spec.Env["VIRGA_REPORT_URL"] = l.spec.ReportURL
+	a, t := l.ts.attempt, l.ts.t
+	l.la.attemptID, l.la.trialID = a.ID, t.ID
+	c.pendingEvents = append(c.pendingEvents, &virga.Event{ExperimentID: t.ExperimentID, TrialID: t.ID, AttemptID: a.ID,
+		Kind: "attempt.created", Message: "attempt " + strconv.Itoa(a.Number) + " from " + ckptName(a.Restored), Time: a.CreatedAt})
+	if a.Backend == apiBackend {
+		return
 	}
+	l.la.ckptDir = c.ckptDir(t.ID)
+	a.Dir = c.AttemptDir(a.ID) // recorded with the attempt's next change (it started)
+	l.spec = c.startSpec(l.ts, a)
 }
 
 const apiBackend = "api"
 
-// createAttempts adds an attempt for each trial that starts.
+// createAttempts adds an attempt for each trial that starts. The attempt of
+// a trial inserted by the same batch is linked to it (store.NewAttempt).
 func (c *Controller) createAttempts(it *iteration, trials []*trialState) []launch {
 	now := c.now()
 	var out []launch
 	for _, ts := range trials {
-		t, es := ts.t, ts.exp
+		t := ts.t
 		n := t.Attempts + 1
 		a := &virga.Attempt{TrialID: t.ID, Number: n, State: virga.AttemptStarting, Backend: c.cfg.Backend.Name(),
-			Restored: t.Checkpoint, Dir: c.AttemptDir(t.ID, n), CreatedAt: now}
-		_, asked := it.asks[ts]
-		if asked {
-			a.Backend, a.State, a.StartedAt, a.Dir = apiBackend, virga.AttemptRunning, now, ""
+			Restored: t.Checkpoint, CreatedAt: now}
+		if _, asked := it.asks[ts]; asked {
+			a.Backend, a.State, a.StartedAt = apiBackend, virga.AttemptRunning, now
 		}
 		t.Attempts = n
 		t.State = virga.TrialRunning
@@ -686,32 +672,27 @@ func (c *Controller) createAttempts(it *iteration, trials []*trialState) []launc
 		ts.attempt = a
 		ts.started = now
 		ts.stopping = notStopping
-		it.b.Attempts = append(it.b.Attempts, a)
+		if t.ID == 0 {
+			it.b.NewAttempts = append(it.b.NewAttempts, store.NewAttempt{Trial: t, Attempt: a})
+		} else {
+			it.b.Attempts = append(it.b.Attempts, a)
+		}
 		it.touchTrial(ts)
-		it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, Kind: "attempt.created",
-			Message: "attempt " + strconv.Itoa(n) + " from " + ckptName(t.Checkpoint), Time: now})
-		la := &liveAttempt{trialID: t.ID, experimentID: es.exp.ID, ckptDir: c.ckptDir(t.ID), lastID: t.Checkpoint}
-		if asked {
-			la.ckptDir = "" // API-driven trials have no checkpoint directory
-		}
-		l := launch{ts: ts, la: la, restore: t.Checkpoint}
-		if !asked {
-			l.spec = c.startSpec(ts, a)
-		}
-		out = append(out, l)
+		out = append(out, launch{ts: ts, la: &liveAttempt{experimentID: t.ExperimentID, lastID: t.Checkpoint}, restore: t.Checkpoint})
 	}
 	return out
 }
 
+// ckptDir is a trial's VIRGA_CHECKPOINT_DIR.
 func (c *Controller) ckptDir(trialID int64) string {
-	return c.TrialDir(trialID) + string(os.PathSeparator) + "checkpoint"
+	return c.TrialDir(trialID)
 }
 
 func (c *Controller) reportURL(attemptID int64) string {
 	return c.cfg.ReportBase + "/api/v1/attempts/" + strconv.FormatInt(attemptID, 10) + "/report"
 }
 
-// startSpec builds what the backend needs; the attempt ID is filled in after the commit.
+// startSpec builds what the backend needs to start a committed attempt.
 func (c *Controller) startSpec(ts *trialState, a *virga.Attempt) *backend.StartSpec {
 	t, es := ts.t, ts.exp
 	hp, _ := json.Marshal(t.HParams)
@@ -729,12 +710,15 @@ func (c *Controller) startSpec(ts *trialState, a *virga.Attempt) *backend.StartS
 	env["VIRGA_HPARAMS"] = string(hp)
 	env["VIRGA_CHECKPOINT_DIR"] = c.ckptDir(t.ID)
 	env["VIRGA_TOKEN"] = token
+	env["VIRGA_ATTEMPT_ID"] = strconv.FormatInt(a.ID, 10)
+	env["VIRGA_REPORT_URL"] = c.reportURL(a.ID)
 	argv, err := spec.FillArgv(es.spec.Entrypoint.Argv, t.HParams)
 	if err != nil {
 		argv = es.spec.Entrypoint.Argv // validated at submission; keep going
 	}
-	return &backend.StartSpec{TrialID: t.ID, ExperimentID: es.exp.ID, Argv: argv, Env: env,
-		Workdir: es.spec.Entrypoint.Workdir, Resources: resources(es.spec), Dir: a.Dir, Token: token}
+	return &backend.StartSpec{AttemptID: a.ID, TrialID: t.ID, ExperimentID: es.exp.ID, Argv: argv, Env: env,
+		Workdir: es.spec.Entrypoint.Workdir, Resources: resources(es.spec), Dir: a.Dir,
+		ReportURL: env["VIRGA_REPORT_URL"], Token: token}
 }
 
 // launch prepares the attempt's directories (restoring the checkpoint) and

@@ -206,6 +206,9 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 	}
 	adopter, canAdopt := c.cfg.Backend.(backend.Adopter)
 	for _, a := range live {
+		if a.Dir == "" && a.Backend != apiBackend {
+			a.Dir = c.AttemptDir(a.ID) // committed before its directory was recorded
+		}
 		ts := c.trials[a.TrialID]
 		if ts == nil {
 			// Its experiment ended (or could not be recovered): settle the record.

@@ -36,12 +36,22 @@ import (
 type Batch struct {
 	Experiments []*virga.Experiment
 	Trials      []*virga.Trial
+	// NewAttempts are attempts of trials that this same batch inserts: each
+	// is inserted right after Trials, its TrialID taken from its trial's new ID.
+	NewAttempts []NewAttempt
 	Attempts    []*virga.Attempt
 	Checkpoints []virga.Checkpoint
 	// DeleteCheckpoints removes checkpoint records (the files are the caller's).
 	DeleteCheckpoints []CheckpointRef
 	Metrics           []virga.Metric
 	Events            []*virga.Event
+}
+
+// NewAttempt pairs an attempt with the trial, inserted in the same batch, that
+// it belongs to.
+type NewAttempt struct {
+	Trial   *virga.Trial
+	Attempt *virga.Attempt
 }
 
 // CheckpointRef names one checkpoint record of one trial.
@@ -52,7 +62,7 @@ type CheckpointRef struct {
 
 // Empty reports whether the batch holds no change.
 func (b *Batch) Empty() bool {
-	return len(b.Experiments)+len(b.Trials)+len(b.Attempts)+len(b.Checkpoints)+
+	return len(b.Experiments)+len(b.Trials)+len(b.NewAttempts)+len(b.Attempts)+len(b.Checkpoints)+
 		len(b.DeleteCheckpoints)+len(b.Metrics)+len(b.Events) == 0
 }
 

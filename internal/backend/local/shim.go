@@ -321,7 +321,10 @@ func runShim(o *shimOptions) int {
 		code := state.ExitCode()
 		rec.ExitCode = &code
 	}
-	if err := writeJSONAtomic(filepath.Join(o.dir, ExitFile), rec, true); err != nil {
+	// No fsync: the file outlives any process crash in the page cache; after
+	// an OS crash a missing status only makes the attempt lost, and the trial
+	// resumes from its checkpoint.
+	if err := writeJSONAtomic(filepath.Join(o.dir, ExitFile), rec, false); err != nil {
 		log.printf("%v", err)
 		return ShimExitFailed
 	}

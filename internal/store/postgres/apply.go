@@ -49,6 +49,11 @@ func (q *queue) build(b *store.Batch) error {
 			return err
 		}
 	}
+	for _, na := range b.NewAttempts {
+		if err := q.newAttempt(na); err != nil {
+			return err
+		}
+	}
 	for _, a := range b.Attempts {
 		if err := q.attempt(a); err != nil {
 			return err
@@ -160,6 +165,34 @@ func (q *queue) trial(t *virga.Trial) error {
 	q.update(what, t.ID, `UPDATE trials SET state = $1, attempts = $2, restarts = $3, step = $4, latest = $5,
 		best = $6, best_step = $7, checkpoint = $8, message = $9, updated_at = $10, ended_at = $11
 		WHERE id = $12`, args...)
+	return nil
+}
+
+// newAttempt queues the insert of an attempt of a trial inserted earlier in
+// the same pipeline: its ID is not known when the statement is queued, so the
+// trial is found by its (experiment, seq) key.
+func (q *queue) newAttempt(na store.NewAttempt) error {
+	a, t := na.Attempt, na.Trial
+	if a.ID != 0 || a.TrialID != 0 {
+		return q.attempt(a)
+	}
+	var enc encoder
+	args := []any{t.ExperimentID, t.Seq, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
+		a.Signal, a.Restored, a.Dir, a.Message,
+		enc.time("created_at", a.CreatedAt), enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
+	if enc.err != nil {
+		return fmt.Errorf("attempt %d of trial %d of experiment %d: %w", a.Number, t.Seq, t.ExperimentID, enc.err)
+	}
+	what := fmt.Sprintf("attempt (trial %d of experiment %d, number %d)", t.Seq, t.ExperimentID, a.Number)
+	q.b.Queue(`INSERT INTO attempts (`+attemptCols+`)
+		VALUES ((SELECT id FROM trials WHERE experiment_id = $1 AND seq = $2), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+		RETURNING id, trial_id`, args...).Fn = func(br pgx.BatchResults) error {
+		if err := br.QueryRow().Scan(&a.ID, &a.TrialID); err != nil {
+			return wrap(err, "inserting %s", what)
+		}
+		q.ids = append(q.ids, &a.ID, &a.TrialID)
+		return nil
+	}
 	return nil
 }
 

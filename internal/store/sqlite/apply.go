@@ -45,6 +45,15 @@ func (s *Store) apply(ctx context.Context, b *store.Batch, ids *[]*int64) error 
 			return err
 		}
 	}
+	for _, na := range b.NewAttempts {
+		if na.Attempt.ID == 0 && na.Attempt.TrialID == 0 {
+			na.Attempt.TrialID = na.Trial.ID
+			*ids = append(*ids, &na.Attempt.TrialID)
+		}
+		if err := w.attempt(na.Attempt); err != nil {
+			return err
+		}
+	}
 	for _, a := range b.Attempts {
 		if err := w.attempt(a); err != nil {
 			return err

@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ExperimentRoundTrip", testExperimentRoundTrip},
 		{"TrialRoundTrip", testTrialRoundTrip},
 		{"AttemptRoundTrip", testAttemptRoundTrip},
+		{"NewAttempts", testNewAttempts},
 		{"UpdateKeepsFixedFields", testUpdateKeepsFixedFields},
 		{"NotFound", testNotFound},
 		{"UpdateMissingRollsBack", testUpdateMissingRollsBack},
@@ -380,6 +381,35 @@ func testAttemptRoundTrip(t *testing.T, s store.Store) {
 		t.Fatalf("Attempts: %v", err)
 	}
 	diff(t, "updated attempts", []*virga.Attempt{a, b}, got)
+}
+
+// testNewAttempts inserts trials and their first attempts in one batch: each
+// attempt gets its trial's new ID; a failing batch leaves both IDs at 0.
+func testNewAttempts(t *testing.T, s store.Store) {
+	e, _ := seed(t, s, 1)
+	t2, t3 := newTrial(e.ID, 2), newTrial(e.ID, 3)
+	a2, a3 := newAttempt(0, 1), newAttempt(0, 1)
+	apply(t, s, &store.Batch{Trials: []*virga.Trial{t2, t3},
+		NewAttempts: []store.NewAttempt{{Trial: t2, Attempt: a2}, {Trial: t3, Attempt: a3}}})
+	if a2.TrialID != t2.ID || a3.TrialID != t3.ID || a2.ID == 0 || a3.ID == 0 || a2.ID == a3.ID {
+		t.Fatalf("attempts got trial IDs %d, %d and IDs %d, %d; want trial IDs %d, %d and two new IDs",
+			a2.TrialID, a3.TrialID, a2.ID, a3.ID, t2.ID, t3.ID)
+	}
+	for _, tr := range []*virga.Trial{t2, t3} {
+		as, err := s.Attempts(context.Background(), tr.ID)
+		if err != nil || len(as) != 1 || as[0].TrialID != tr.ID {
+			t.Fatalf("attempts of trial %d: %v, %v; want the one inserted", tr.ID, as, err)
+		}
+	}
+	// A batch that fails later leaves the new rows' IDs at 0.
+	t4, a4 := newTrial(e.ID, 4), newAttempt(0, 1)
+	err := s.Apply(context.Background(), &store.Batch{Trials: []*virga.Trial{t4},
+		NewAttempts: []store.NewAttempt{{Trial: t4, Attempt: a4}},
+		Attempts:    []*virga.Attempt{{ID: 99999, TrialID: t2.ID}}})
+	wantErr(t, "batch with a missing attempt", err, virga.ErrNotFound)
+	if t4.ID != 0 || a4.ID != 0 || a4.TrialID != 0 {
+		t.Errorf("after a failed batch: trial ID %d, attempt ID %d, attempt trial ID %d; want all 0", t4.ID, a4.ID, a4.TrialID)
+	}
 }
 
 func testNotFound(t *testing.T, s store.Store) {
