@@ -46,8 +46,8 @@ type Config struct {
 	// WarmShims is how many shims the local backend keeps started ahead of
 	// need (0: 4; negative: none). More make bursts of starts faster.
 	WarmShims int
-	Version     string
-	Logger      *slog.Logger
+	Version   string
+	Logger    *slog.Logger
 }
 
 // Server is a running Virga server.
