@@ -39,7 +39,10 @@ func newBestCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintln(w)
 			}
-			if t.Checkpoint != "" {
+			if b.Checkpoint != nil {
+				fmt.Fprintf(w, "  checkpoint at the best step: %s (checkpoints/%s in the server's data directory)\n", b.Checkpoint.ID[:12], b.Checkpoint.ID)
+			}
+			if t.Checkpoint != "" && (b.Checkpoint == nil || b.Checkpoint.ID != t.Checkpoint) {
 				fmt.Fprintf(w, "  latest checkpoint: %s\n", t.Checkpoint)
 			}
 			return nil

@@ -408,6 +408,9 @@ type BestView struct {
 	Objective spec.Objective `json:"objective"`
 	Trial     *virga.Trial   `json:"trial"`
 	Metrics   *virga.Metric  `json:"metrics,omitempty"` // the report at the trial's best step
+	// Checkpoint is the checkpoint saved at the best step, if it was (it is
+	// kept beyond keep_last).
+	Checkpoint *virga.Checkpoint `json:"checkpoint,omitempty"`
 }
 
 func (s *Server) best(w http.ResponseWriter, r *http.Request) {
@@ -424,6 +427,13 @@ func (s *Server) best(w http.ResponseWriter, r *http.Request) {
 	ms, err := s.st.Metrics(r.Context(), store.MetricFilter{TrialID: v.Best.ID, AfterStep: v.Best.BestStep - 1, Limit: 1})
 	if err == nil && len(ms) == 1 && ms[0].Step == v.Best.BestStep {
 		out.Metrics = &ms[0]
+	}
+	if cks, err := s.st.Checkpoints(r.Context(), v.Best.ID); err == nil {
+		for i := range cks {
+			if cks[i].Step == v.Best.BestStep {
+				out.Checkpoint = &cks[i]
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

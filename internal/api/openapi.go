@@ -84,7 +84,7 @@ func schemas() map[string]any {
 		"CheckpointList":  list("Checkpoint"),
 		"Event":           obj(map[string]any{"id": tInt, "experiment_id": tInt, "trial_id": tInt, "attempt_id": tInt, "kind": tStr, "message": tStr, "time": tTime}),
 		"EventList":       list("Event"),
-		"BestView":        obj(map[string]any{"objective": tObject, "trial": ref("Trial"), "metrics": ref("Metric")}),
+		"BestView":        obj(map[string]any{"objective": tObject, "trial": ref("Trial"), "metrics": ref("Metric"), "checkpoint": ref("Checkpoint")}),
 		"Asked":           obj(map[string]any{"trial": ref("Trial"), "attempt_id": tInt, "token": tStr}),
 		"Report":          obj(map[string]any{"step": tInt, "metrics": map[string]any{"type": "object", "additionalProperties": tNum}}, "step", "metrics"),
 		"ReportReply":     obj(map[string]any{"decision": map[string]any{"type": "string", "enum": []string{"continue", "stop"}}}),

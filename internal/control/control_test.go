@@ -162,7 +162,7 @@ func TestCheckpointRetentionKeepsKeepLast(t *testing.T) {
 	var ids []string
 	for i := range 5 {
 		writeCkpt(t, s, fmt.Sprint("content ", i))
-		h.report(s.AttemptID, int64(i), 1)
+		h.report(s.AttemptID, int64(i), float64(5-i)) // each step the best so far
 		ids = append(ids, h.trial(s.TrialID).Checkpoint)
 	}
 	cks, err := h.st.Checkpoints(context.Background(), s.TrialID)
@@ -175,6 +175,39 @@ func TestCheckpointRetentionKeepsKeepLast(t *testing.T) {
 	for i, id := range ids {
 		if want := i >= 3; h.ck.Exists(id) != want {
 			t.Errorf("checkpoint %d (%s) exists=%v, want %v", i, id[:8], !want, want)
+		}
+	}
+}
+
+// TestCheckpointRetentionKeepsBest: beyond keep_last, the checkpoint of the
+// trial's best step is kept too.
+func TestCheckpointRetentionKeepsBest(t *testing.T) {
+	h := newHarness(t)
+	h.start(newFakeBackend())
+	h.submit(expYAML("keepbest", "max_trials: 1\ncheckpoints: {keep_last: 2}"))
+	s := h.nextStart()
+	h.started(s)
+	var ids []string
+	for i, loss := range []float64{3, 1, 2, 4, 5, 6} { // best at step 1
+		writeCkpt(t, s, fmt.Sprint("content ", i))
+		h.report(s.AttemptID, int64(i), loss)
+		ids = append(ids, h.trial(s.TrialID).Checkpoint)
+	}
+	cks, err := h.st.Checkpoints(context.Background(), s.TrialID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ck := range cks {
+		got = append(got, ck.ID)
+	}
+	want := []string{ids[1], ids[4], ids[5]}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("retained %v, want the best step's and the last two %v", got, want)
+	}
+	for i, id := range ids {
+		if keep := i == 1 || i >= 4; h.ck.Exists(id) != keep {
+			t.Errorf("checkpoint of step %d exists=%v, want %v", i, !keep, keep)
 		}
 	}
 }

@@ -202,23 +202,29 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 	it.after = append(it.after, func() { r.reply <- result[search.Decision]{v: d} })
 }
 
-// retain drops the trial's checkpoints beyond keep_last, oldest first.
+// retain keeps a trial's newest keep_last checkpoints and the one of its best
+// step, and drops the others, oldest first.
 func (c *Controller) retain(it *iteration, ts *trialState) {
-	keep := ts.exp.spec.Checkpoints.KeepLast
-	if keep < 1 {
-		keep = 1
+	keep := max(ts.exp.spec.Checkpoints.KeepLast, 1)
+	excess := len(ts.ckpts) - keep
+	var kept, dropped []virga.Checkpoint
+	for i, ck := range ts.ckpts {
+		newest := i >= len(ts.ckpts)-keep
+		best := ts.t.Best != nil && ck.Step == ts.t.BestStep
+		if excess <= 0 || newest || best || ck.ID == ts.t.Checkpoint {
+			kept = append(kept, ck)
+			continue
+		}
+		excess--
+		dropped = append(dropped, ck)
 	}
-	for len(ts.ckpts) > keep {
-		old := ts.ckpts[0]
-		ts.ckpts = ts.ckpts[1:]
-		if old.ID == ts.t.Checkpoint {
+	ts.ckpts = kept
+	for _, ck := range dropped {
+		it.b.DeleteCheckpoints = append(it.b.DeleteCheckpoints, storeRef(ck))
+		if c.checkpointShared(ts, ck.ID) {
 			continue
 		}
-		it.b.DeleteCheckpoints = append(it.b.DeleteCheckpoints, storeRef(old))
-		if c.checkpointShared(ts, old.ID) {
-			continue
-		}
-		id := old.ID
+		id := ck.ID
 		it.after = append(it.after, func() {
 			if err := c.cfg.Checkpoints.Delete(id); err != nil {
 				c.log.Warn("deleting old checkpoint", "id", id, "err", err)
