@@ -24,8 +24,15 @@ import (
 	"github.com/virga-ml/virga"
 )
 
-// ErrInvalidID means a checkpoint ID is not 64 lowercase hex digits.
-var ErrInvalidID = errors.New("invalid checkpoint ID")
+// Errors returned by the store.
+var (
+	// ErrInvalidID means a checkpoint ID is not 64 lowercase hex digits.
+	ErrInvalidID = errors.New("invalid checkpoint ID")
+	// ErrUnsupported means the directory holds something a checkpoint cannot
+	// (a link leading outside it, a device, a socket, a pipe): the trial's
+	// doing, not the store's.
+	ErrUnsupported = errors.New("not allowed in a checkpoint")
+)
 
 // tmpPrefix starts the names of directories being written or deleted under
 // the root. Open removes such leftovers of a crash.
@@ -126,6 +133,14 @@ func (s *Store) Exists(id string) bool {
 // Save returns, the checkpoint is durable (files and directories are synced
 // before the atomic rename that publishes it).
 func (s *Store) Save(src string) (Info, error) {
+	return s.SaveFor("", src)
+}
+
+// SaveFor is Save with the checkpoint's ID scoped to owner (for example a
+// trial): equal content of different owners gets different IDs, so deleting
+// one owner's checkpoint never removes another's files. An empty owner is
+// Save.
+func (s *Store) SaveFor(owner, src string) (Info, error) {
 	fi, err := os.Stat(src)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Info{}, nil
@@ -155,7 +170,7 @@ func (s *Store) Save(src string) (Info, error) {
 	if len(entries) == 0 {
 		return Info{}, nil
 	}
-	info.ID = treeID(entries)
+	info.ID = treeID(owner, entries)
 
 	// 2. Give directories their modes and sync them, deepest first, then the
 	// tmp root itself.
@@ -319,7 +334,7 @@ func copyTree(src, dst string, sync bool) (Info, []entry, []dirMode, error) {
 				return err
 			}
 			if !linkInside(rel, target) {
-				return fmt.Errorf("symbolic link %s -> %s leads outside the checkpoint directory", rel, target)
+				return fmt.Errorf("symbolic link %s -> %s leads outside the checkpoint directory: %w", rel, target, ErrUnsupported)
 			}
 			if err := os.Symlink(target, to); err != nil {
 				return err
@@ -327,7 +342,7 @@ func copyTree(src, dst string, sync bool) (Info, []entry, []dirMode, error) {
 			sum := sha256.Sum256([]byte(target))
 			entries = append(entries, entry{kind: 'l', path: slash, size: int64(len(target)), sum: sum[:]})
 		default:
-			return fmt.Errorf("%s is a %s; a checkpoint holds only directories, regular files and symbolic links", rel, t.Type())
+			return fmt.Errorf("%s is a %s; a checkpoint holds only directories, regular files and symbolic links: %w", rel, t.Type(), ErrUnsupported)
 		}
 		return nil
 	})
@@ -385,9 +400,15 @@ func finishDirs(root string, dirs []dirMode, sync bool) error {
 }
 
 // treeID returns the checkpoint ID of a manifest.
-func treeID(entries []entry) string {
+func treeID(owner string, entries []entry) string {
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.path, b.path) })
 	h := sha256.New()
+	if owner != "" {
+		var buf [binary.MaxVarintLen64]byte
+		h.Write([]byte{'o'})
+		h.Write(buf[:binary.PutUvarint(buf[:], uint64(len(owner)))])
+		h.Write([]byte(owner))
+	}
 	for _, e := range entries {
 		writeEntry(h, e)
 	}

@@ -604,3 +604,50 @@ func BenchmarkFingerprint100Files(b *testing.B) {
 		}
 	}
 }
+
+// TestSaveForScopesIDs: the same content saved for two owners gets two IDs
+// and two copies, so deleting one owner's checkpoint leaves the other's.
+func TestSaveForScopesIDs(t *testing.T) {
+	s := open(t)
+	src := filepath.Join(tempDir(t), "src")
+	write(t, src, tree{"w": file(0o644, "weights")})
+	a, err := s.SaveFor("trial-1", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.SaveFor("trial-2", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := s.Save(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID == b.ID || a.ID == plain.ID || b.ID == plain.ID {
+		t.Fatalf("IDs %s, %s, %s; want three different", a.ID[:8], b.ID[:8], plain.ID[:8])
+	}
+	again, err := s.SaveFor("trial-1", src)
+	if err != nil || again.ID != a.ID {
+		t.Fatalf("saving again for the same owner: %v, %v; want ID %s", again.ID, err, a.ID[:8])
+	}
+	if err := s.Delete(a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Exists(b.ID) {
+		t.Error("deleting trial-1's checkpoint removed trial-2's")
+	}
+}
+
+// TestUnsupportedIsTheTrials: a link leading outside the directory is an
+// error wrapping ErrUnsupported.
+func TestUnsupportedIsTheTrials(t *testing.T) {
+	s := open(t)
+	src := filepath.Join(tempDir(t), "src")
+	write(t, src, tree{"w": file(0o644, "weights")})
+	if err := os.Symlink("/etc", filepath.Join(src, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(src); !errors.Is(err, checkpoint.ErrUnsupported) {
+		t.Fatalf("Save with a link to /etc: %v, want ErrUnsupported", err)
+	}
+}

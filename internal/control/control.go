@@ -39,6 +39,10 @@ var (
 	ErrSuperseded = errors.New("attempt is no longer current")
 	// ErrClosed means the controller has stopped.
 	ErrClosed = errors.New("controller stopped")
+	// ErrCheckpointGone means a report's checkpoint was removed before it was
+	// recorded (its content equalled one being dropped); the report is not
+	// acknowledged and should be retried, which saves it again.
+	ErrCheckpointGone = errors.New("the checkpoint was removed while being recorded; retry the report")
 	// ErrForbidden means a trial's credentials were used for another trial.
 	ErrForbidden = errors.New("this token may act only for its own trial")
 )
@@ -77,8 +81,11 @@ func ParseTrialToken(secret []byte, token string) (int64, bool) {
 
 // Checkpointer saves and restores trial checkpoint directories.
 type Checkpointer interface {
-	// Save stores the content of src as an immutable checkpoint; an empty ID means src was empty.
-	Save(src string) (checkpoint.Info, error)
+	// SaveFor stores the content of src as an immutable checkpoint whose ID is
+	// scoped to owner; an empty ID means src was empty.
+	SaveFor(owner, src string) (checkpoint.Info, error)
+	// Exists reports whether a checkpoint's files are stored.
+	Exists(id string) bool
 	// Restore makes dst hold exactly the checkpoint's files.
 	Restore(id, dst string) error
 	// Delete removes a checkpoint's files (idempotent).
@@ -241,11 +248,6 @@ func TrialToken(secret []byte, trialID int64) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("virga-trial:" + strconv.FormatInt(trialID, 10)))
 	return "vt" + strconv.FormatInt(trialID, 10) + "." + hex.EncodeToString(m.Sum(nil))
-}
-
-// CheckTrialToken reports whether token authorises reports for trialID.
-func (c *Controller) CheckTrialToken(token string, trialID int64) bool {
-	return hmac.Equal([]byte(token), []byte(TrialToken(c.cfg.Secret, trialID)))
 }
 
 // TrialOfToken returns the trial a valid trial token was made for.

@@ -174,6 +174,8 @@ func (h *harness) start(be backend.Backend) {
 		h.be = b
 	case *adoptingBackend:
 		h.be = b.fakeBackend
+	case interface{ fake() *fakeBackend }:
+		h.be = b.fake()
 	}
 	ctl, err := control.New(control.Config{Store: h.st, Backend: be, Checkpoints: h.ck, DataDir: h.dir,
 		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick})

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/virga-ml/virga"
@@ -26,9 +27,14 @@ type eventInput struct{ ev backend.Event }
 
 type tickInput struct{}
 
+// startFailed says an attempt could not be started (or adopted). lost marks
+// failures that are not the trial's (recovery could not adopt it); the others
+// count as a failed attempt, so a start that fails every time ends the trial
+// after max_restarts instead of looping.
 type startFailed struct {
 	attemptID int64
 	err       error
+	lost      bool
 }
 
 // iteration collects the changes of one pass of the loop and what to do once
@@ -270,8 +276,13 @@ func (c *Controller) handle(it *iteration, in input) {
 	case eventInput:
 		c.handleEvent(it, in.ev)
 	case startFailed:
-		ev := backend.Event{AttemptID: in.attemptID, Kind: backend.Exited, Time: c.now(), Lost: true, Message: in.err.Error()}
-		c.handleExit(it, ev, errors.Is(in.err, virga.ErrNoCapacity))
+		noCapacity := errors.Is(in.err, virga.ErrNoCapacity)
+		ev := backend.Event{AttemptID: in.attemptID, Kind: backend.Exited, Time: c.now(), Lost: in.lost || noCapacity,
+			Message: "could not start: " + in.err.Error()}
+		if ts := c.attempts[in.attemptID]; ts != nil && !noCapacity {
+			ts.notBefore = ev.Time.Add(c.cfg.TickInterval) // do not retry in a hot loop
+		}
+		c.handleExit(it, ev, noCapacity)
 	case tickInput:
 		c.checkTimeouts(it)
 	case *submitReq:
@@ -443,6 +454,8 @@ func describeExit(a *virga.Attempt) string {
 		return "signal " + a.Signal
 	case a.ExitCode != nil:
 		return "exit code " + strconv.Itoa(*a.ExitCode)
+	case a.Message != "":
+		return a.Message
 	}
 	return string(a.Outcome)
 }
@@ -455,17 +468,7 @@ func (c *Controller) endTrial(it *iteration, ts *trialState, state virga.TrialSt
 	ts.exp.dirty = true
 	it.touchTrial(ts)
 	it.touchExp(ts.exp)
-	it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: t.ID, Kind: "trial." + lower(string(state)), Message: msg, Time: now})
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, ch := range b {
-		if 'A' <= ch && ch <= 'Z' {
-			b[i] = ch + 'a' - 'A'
-		}
-	}
-	return string(b)
+	it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: t.ID, Kind: "trial." + strings.ToLower(string(state)), Message: msg, Time: now})
 }
 
 // maybeFinish ends an experiment once nothing of it lives.
@@ -498,7 +501,7 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.ExperimentState, msg string, now time.Time) {
 	es.exp.State, es.exp.Message, es.exp.EndedAt = state, msg, now
 	it.touchExp(es)
-	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment." + lower(string(state)), Message: msg, Time: now})
+	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment." + strings.ToLower(string(state)), Message: msg, Time: now})
 	delete(c.exps, es.exp.ID)
 	for _, ts := range es.trials {
 		delete(c.trials, ts.t.ID)
@@ -523,6 +526,15 @@ func (c *Controller) checkTimeouts(it *iteration) {
 	}
 }
 
+// sizer is a backend that knows the most it can ever offer.
+type sizer interface {
+	Capacity() virga.Resources
+}
+
+func fmtResources(r virga.Resources) string {
+	return fmt.Sprintf("cpu %g, memory %d MiB, gpu %d", r.CPU, r.MemoryMB, r.GPU)
+}
+
 func resources(s *spec.Experiment) virga.Resources {
 	return virga.Resources{CPU: s.Resources.CPU, MemoryMB: s.Resources.MemoryMB, GPU: s.Resources.GPU}
 }
@@ -544,12 +556,14 @@ func (c *Controller) schedule(it *iteration) {
 			continue
 		}
 		res := resources(es.spec)
-		running := 0
-		for _, ts := range es.trials {
-			if ts.attempt != nil {
-				running++
-			}
+		if sz, ok := c.cfg.Backend.(sizer); ok && !res.Fits(sz.Capacity()) && running(es) == 0 {
+			// No trial can ever start: say so rather than wait forever.
+			c.finishExperiment(it, es, virga.ExperimentFailed, fmt.Sprintf(
+				"each trial needs %s but the %s backend has at most %s: lower resources in the experiment file or give the server more capacity",
+				fmtResources(res), c.cfg.Backend.Name(), fmtResources(sz.Capacity())), now)
+			continue
 		}
+		running := running(es)
 		chosen := map[*trialState]bool{}
 		for running < es.spec.MaxConcurrent && res.Fits(free) {
 			var next *trialState
@@ -620,6 +634,17 @@ func (c *Controller) propose(it *iteration, es *expState, running int) *trialSta
 	return ts
 }
 
+// running counts the experiment's trials with a live attempt.
+func running(es *expState) int {
+	n := 0
+	for _, ts := range es.trials {
+		if ts.attempt != nil {
+			n++
+		}
+	}
+	return n
+}
+
 func hasLive(es *expState) bool {
 	for _, ts := range es.trials {
 		if ts.attempt != nil || ts.t.State == virga.TrialQueued {
@@ -646,7 +671,7 @@ func (l *launch) fill(c *Controller) {
 	if a.Backend == apiBackend {
 		return
 	}
-	l.la.ckptDir = c.ckptDir(t.ID)
+	l.la.ckptDir = c.TrialDir(t.ID)
 	a.Dir = c.AttemptDir(a.ID) // recorded with the attempt's next change (it started)
 	l.spec = c.startSpec(l.ts, a)
 }
@@ -683,11 +708,6 @@ func (c *Controller) createAttempts(it *iteration, trials []*trialState) []launc
 	return out
 }
 
-// ckptDir is a trial's VIRGA_CHECKPOINT_DIR.
-func (c *Controller) ckptDir(trialID int64) string {
-	return c.TrialDir(trialID)
-}
-
 func (c *Controller) reportURL(attemptID int64) string {
 	return c.cfg.ReportBase + "/api/v1/attempts/" + strconv.FormatInt(attemptID, 10) + "/report"
 }
@@ -708,7 +728,7 @@ func (c *Controller) startSpec(ts *trialState, a *virga.Attempt) *backend.StartS
 	env["VIRGA_EXPERIMENT_ID"] = strconv.FormatInt(es.exp.ID, 10)
 	env["VIRGA_TRIAL_ID"] = strconv.FormatInt(t.ID, 10)
 	env["VIRGA_HPARAMS"] = string(hp)
-	env["VIRGA_CHECKPOINT_DIR"] = c.ckptDir(t.ID)
+	env["VIRGA_CHECKPOINT_DIR"] = c.TrialDir(t.ID)
 	env["VIRGA_TOKEN"] = token
 	env["VIRGA_ATTEMPT_ID"] = strconv.FormatInt(a.ID, 10)
 	env["VIRGA_REPORT_URL"] = c.reportURL(a.ID)

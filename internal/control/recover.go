@@ -112,7 +112,23 @@ func recomputeProgress(t *virga.Trial, ms []virga.Metric, o spec.Objective) bool
 	if len(ms) == 0 {
 		return false
 	}
-	before := fmt.Sprint(t.Step, fmtPtr(t.Latest), fmtPtr(t.Best), t.BestStep)
+	type progress struct {
+		step, bestStep int64
+		latest, best   float64
+		hasLatest      bool
+		hasBest        bool
+	}
+	of := func(t *virga.Trial) progress {
+		p := progress{step: t.Step, bestStep: t.BestStep}
+		if t.Latest != nil {
+			p.latest, p.hasLatest = *t.Latest, true
+		}
+		if t.Best != nil {
+			p.best, p.hasBest = *t.Best, true
+		}
+		return p
+	}
+	before := of(t)
 	last := ms[0]
 	var best *float64
 	var bestStep int64
@@ -130,14 +146,7 @@ func recomputeProgress(t *virga.Trial, ms []virga.Metric, o spec.Objective) bool
 		t.Latest = &v
 	}
 	t.Best, t.BestStep = best, bestStep
-	return before != fmt.Sprint(t.Step, fmtPtr(t.Latest), fmtPtr(t.Best), t.BestStep)
-}
-
-func fmtPtr(p *float64) string {
-	if p == nil {
-		return "nil"
-	}
-	return fmt.Sprint(*p)
+	return of(t) != before
 }
 
 func storeRef(ck virga.Checkpoint) store.CheckpointRef {
@@ -224,7 +233,7 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		ts.started = a.CreatedAt
 		c.attempts[a.ID] = ts
 		la := &liveAttempt{attemptID: a.ID, trialID: a.TrialID, experimentID: ts.exp.exp.ID,
-			ckptDir: c.ckptDir(a.TrialID), lastID: ts.t.Checkpoint}
+			ckptDir: c.TrialDir(a.TrialID), lastID: ts.t.Checkpoint}
 		if a.Backend == apiBackend {
 			la.ckptDir = ""
 		}
@@ -240,13 +249,13 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 			continue
 		}
 		if a.Backend != c.cfg.Backend.Name() || !canAdopt {
-			c.pendingInputs = append(c.pendingInputs, startFailed{attemptID: a.ID,
+			c.pendingInputs = append(c.pendingInputs, startFailed{attemptID: a.ID, lost: true,
 				err: fmt.Errorf("backend %q cannot adopt attempts of backend %q", c.cfg.Backend.Name(), a.Backend)})
 			continue
 		}
 		if err := adopter.Adopt(ctx, a, resources(ts.exp.spec)); err != nil {
 			c.log.Error("cannot adopt attempt; counting it lost", "attempt", a.ID, "trial", a.TrialID, "err", err)
-			c.pendingInputs = append(c.pendingInputs, startFailed{attemptID: a.ID, err: fmt.Errorf("adopting: %w", err)})
+			c.pendingInputs = append(c.pendingInputs, startFailed{attemptID: a.ID, lost: true, err: fmt.Errorf("adopting: %w", err)})
 			continue
 		}
 		if ts.stopping != notStopping {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/virga-ml/virga"
@@ -130,9 +131,9 @@ func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (s
 			return search.Continue, fmtErr("reading checkpoint directory", err)
 		}
 		if fp != la.lastFP {
-			info, err := c.cfg.Checkpoints.Save(la.ckptDir)
+			info, err := c.cfg.Checkpoints.SaveFor("trial-"+strconv.FormatInt(la.trialID, 10), la.ckptDir)
 			if err != nil {
-				return search.Continue, fmtErr("saving checkpoint", err)
+				return search.Continue, err
 			}
 			if info.ID != "" && info.ID != la.lastID {
 				r.ckpt = &info
@@ -157,6 +158,12 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		return
 	}
 	t, es := ts.t, ts.exp
+	// Deletions run on this goroutine, so a checkpoint that exists now stays
+	// until it is recorded (the latest is never dropped).
+	if r.ckpt != nil && !c.cfg.Checkpoints.Exists(r.ckpt.ID) {
+		r.reply <- result[search.Decision]{err: ErrCheckpointGone}
+		return
+	}
 	it.b.Metrics = append(it.b.Metrics, virga.Metric{TrialID: t.ID, AttemptID: r.attemptID, Step: r.rep.Step, Values: r.rep.Metrics, Time: r.time})
 	t.Step = r.rep.Step
 	if r.ckpt != nil {
