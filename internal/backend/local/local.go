@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -249,10 +248,17 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	return nil
 }
 
-// launch starts the shim for s and returns it with the read end of its pid pipe.
+// launch starts a shim for s and hands it s as a warm shim is handed an
+// attempt (the spec on stdin: the report token never appears on a command
+// line or in an environment); it returns the shim with the read end of its pid
+// pipe.
 func (b *Backend) launch(s *backend.StartSpec) (*exec.Cmd, *os.File, error) {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("creating the attempt directory: %w", err)
+	}
+	msg, err := b.shimSpecFor(s)
+	if err != nil {
+		return nil, nil, err
 	}
 	// The shim's own stdout and stderr (messages before it opens the log)
 	// go to the log too; never to a pipe to this server, which may die.
@@ -261,35 +267,14 @@ func (b *Backend) launch(s *backend.StartSpec) (*exec.Cmd, *os.File, error) {
 		return nil, nil, fmt.Errorf("opening the output log: %w", err)
 	}
 	defer logf.Close()
-	pidR, pidW, err := os.Pipe()
+	w, err := b.startShim(s.Dir, logf)
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating the pid pipe: %w", err)
+		return nil, nil, err
 	}
-	defer pidW.Close()
-
-	args := append(append([]string(nil), b.shim[1:]...), "--dir", s.Dir, "--pid-fd", "3", "--workdir", s.Workdir)
-	if s.ReportURL != "" {
-		args = append(args, "--report-url", s.ReportURL, "--token-env", DefaultTokenEnv)
+	if err := w.hand(msg); err != nil {
+		return nil, nil, fmt.Errorf("handing the attempt to the shim: %w", err)
 	}
-	args = append(append(args, "--"), s.Argv...)
-
-	env := trialEnv(s)
-	if s.Token != "" {
-		env = append(env, DefaultTokenEnv+"="+s.Token)
-	}
-
-	cmd := exec.Command(b.shim[0], args...)
-	cmd.Env = env
-	cmd.Dir = s.Dir
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.ExtraFiles = []*os.File{pidW} // fd 3
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		pidR.Close()
-		return nil, nil, fmt.Errorf("launching the shim %s: %w", b.shim[0], err)
-	}
-	return cmd, pidR, nil
+	return w.cmd, w.pidR, nil
 }
 
 // trialEnv is the trial's environment: this process's, then s.Env.

@@ -187,8 +187,9 @@ func TestOutputAndEnvironment(t *testing.T) {
 
 func testOutputAndEnvironment(t *testing.T, cfg Config) {
 	b := newBackend(t, cfg)
-	s := shSpec(t, 1, `echo out; echo err >&2; echo "trial=$VIRGA_TRIAL_ID pwd=$(pwd) token=${`+DefaultTokenEnv+`:-none}"; read x && echo "stdin=$x"; printf 'no newline'`)
-	s.Env = map[string]string{"VIRGA_TRIAL_ID": "42"}
+	s := shSpec(t, 1, `echo out; echo err >&2; echo "trial=$VIRGA_TRIAL_ID pwd=$(pwd) shimtoken=${VIRGA_SHIM_TOKEN:-none}"; read x && echo "stdin=$x"; printf 'no newline'`)
+	// The shim leaves the trial's environment alone, whatever it holds.
+	s.Env = map[string]string{"VIRGA_TRIAL_ID": "42", "VIRGA_SHIM_TOKEN": "the-trial's-own"}
 	s.Token = "secret"
 	s.ReportURL = "http://127.0.0.1:1/never"
 	start(t, b, s)
@@ -197,7 +198,7 @@ func testOutputAndEnvironment(t *testing.T, cfg Config) {
 		t.Fatalf("Exited = %+v, want exit code 0", ev)
 	}
 	out := readOutput(t, s.Dir)
-	for _, want := range []string{"out\n", "err\n", "trial=42 pwd=" + s.Workdir + " token=none\n", "no newline"} {
+	for _, want := range []string{"out\n", "err\n", "trial=42 pwd=" + s.Workdir + " shimtoken=the-trial's-own\n", "no newline"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output.log lacks %q:\n%s", want, out)
 		}

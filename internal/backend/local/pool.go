@@ -22,30 +22,62 @@ type warmShim struct {
 
 // launchWarm starts one idle shim. It runs in a session of its own from the
 // start; if this server dies, its stdin ends and it exits having done nothing.
-func (b *Backend) launchWarm() (*warmShim, error) {
+func (b *Backend) launchWarm() (*warmShim, error) { return b.startShim("/", nil) }
+
+// startShim starts a shim waiting for its attempt on stdin (--spec-stdin), in
+// dir, with stdout and stderr to out (nil: /dev/null) until it has the
+// attempt.
+func (b *Backend) startShim(dir string, out *os.File) (*warmShim, error) {
 	specR, specW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("creating a warm shim's stdin: %w", err)
+		return nil, fmt.Errorf("creating a shim's stdin: %w", err)
 	}
 	defer specR.Close()
 	pidR, pidW, err := os.Pipe()
 	if err != nil {
 		specW.Close()
-		return nil, fmt.Errorf("creating a warm shim's pid pipe: %w", err)
+		return nil, fmt.Errorf("creating a shim's pid pipe: %w", err)
 	}
 	defer pidW.Close()
 	args := append(append([]string(nil), b.shim[1:]...), "--spec-stdin", "--pid-fd", "3")
 	cmd := exec.Command(b.shim[0], args...)
-	cmd.Dir = "/"
+	cmd.Dir = dir
 	cmd.Stdin = specR
+	if out != nil {
+		cmd.Stdout, cmd.Stderr = out, out
+	}
 	cmd.ExtraFiles = []*os.File{pidW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		specW.Close()
 		pidR.Close()
-		return nil, fmt.Errorf("launching a warm shim %s: %w", b.shim[0], err)
+		return nil, fmt.Errorf("launching a shim %s: %w", b.shim[0], err)
 	}
 	return &warmShim{cmd: cmd, specW: specW, pidR: pidR}, nil
+}
+
+// hand writes the attempt to the shim's stdin and closes it. On failure (the
+// shim died: EPIPE) the shim is reaped in the background.
+func (w *warmShim) hand(msg []byte) error {
+	_, err := w.specW.Write(msg)
+	w.specW.Close()
+	if err != nil {
+		w.pidR.Close()
+		go w.cmd.Wait() //nolint:errcheck
+	}
+	return err
+}
+
+// shimSpecFor is the JSON a shim is handed for s.
+func (b *Backend) shimSpecFor(s *backend.StartSpec) ([]byte, error) {
+	msg, err := json.Marshal(shimSpec{
+		Dir: s.Dir, Workdir: s.Workdir, ReportURL: s.ReportURL, Token: s.Token,
+		Env: trialEnv(s), Argv: s.Argv,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the attempt for the shim: %w", err)
+	}
+	return msg, nil
 }
 
 // release sends an idle shim away unused and reaps it in the background.
@@ -119,20 +151,12 @@ func (b *Backend) launchWarmFor(s *backend.StartSpec) (*exec.Cmd, *os.File, erro
 				return nil, nil, fmt.Errorf("creating the attempt directory: %w", err)
 			}
 			var err error
-			msg, err = json.Marshal(shimSpec{
-				Dir: s.Dir, Workdir: s.Workdir, ReportURL: s.ReportURL, Token: s.Token,
-				Env: trialEnv(s), Argv: s.Argv,
-			})
-			if err != nil {
+			if msg, err = b.shimSpecFor(s); err != nil {
 				w.release()
-				return nil, nil, fmt.Errorf("encoding the attempt for the shim: %w", err)
+				return nil, nil, err
 			}
 		}
-		_, err := w.specW.Write(msg)
-		w.specW.Close()
-		if err != nil { // it died while idle (EPIPE): reap it, try the next
-			w.pidR.Close()
-			go w.cmd.Wait() //nolint:errcheck
+		if err := w.hand(msg); err != nil { // it died while idle (EPIPE): try the next
 			continue
 		}
 		return w.cmd, w.pidR, nil

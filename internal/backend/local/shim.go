@@ -37,10 +37,6 @@ const (
 	ShimExitLocked = 75
 )
 
-// DefaultTokenEnv is the environment variable the backend passes the report
-// token in; the shim removes it from the trial's environment.
-const DefaultTokenEnv = "VIRGA_SHIM_TOKEN"
-
 // metricPrefix starts a stdout line the shim reports on the trial's behalf.
 const metricPrefix = "VIRGA_METRIC "
 
@@ -49,15 +45,14 @@ type shimOptions struct {
 	dir          string
 	workdir      string
 	reportURL    string
-	tokenEnv     string
 	pidFD        int
 	reportRetry  time.Duration
 	flushTimeout time.Duration
 	drainTimeout time.Duration
 	argv         []string
 	specStdin    bool
-	env          []string // the trial's environment; nil: the shim's own, without tokenEnv
-	token        string   // the report token when given on stdin
+	env          []string // the trial's environment; nil: the shim's own
+	token        string   // the report token (from the spec on stdin only)
 }
 
 // shimSpec is what a warm shim (--spec-stdin) reads from stdin: the attempt
@@ -78,8 +73,6 @@ type shimSpec struct {
 //	--dir DIR               the attempt's directory (required; must exist)
 //	--workdir DIR           the trial's working directory (default: the shim's)
 //	--report-url URL        where VIRGA_METRIC lines are POSTed (default: not posted)
-//	--token-env NAME        environment variable holding the report token
-//	                        (default VIRGA_SHIM_TOKEN; removed from the trial's environment)
 //	--pid-fd N              write the trial's pid and a newline to this inherited
 //	                        file descriptor, then close it (default -1: none)
 //	--report-retry D        how long one report is retried (default 60s)
@@ -88,8 +81,13 @@ type shimSpec struct {
 //	--spec-stdin            start warm: wait for the attempt as one JSON object on stdin
 //	                        ({"dir","workdir","report_url","token","env","argv"}, the env
 //	                        being the trial's whole environment) instead of --dir, --workdir,
-//	                        --report-url, --token-env and ARGV; EOF before it means "not
-//	                        needed" and the shim exits ShimExitOK having done nothing
+//	                        --report-url and ARGV; EOF before it means "not needed" and
+//	                        the shim exits ShimExitOK having done nothing
+//
+// The report token comes only with the spec on stdin (never on the command
+// line, which any user can read); reports of a shim started with --dir carry
+// none. The shim never edits the trial's environment: the control loop puts
+// the same token there anyway (VIRGA_TOKEN), for the trial's own reports.
 //
 // The shim takes the attempt's lock (exiting ShimExitLocked if it cannot, or
 // if the attempt already ran), starts the trial in a process group of its own
@@ -103,7 +101,6 @@ func ShimMain(args []string) int {
 	fs.StringVar(&o.dir, "dir", "", "the attempt's directory (required)")
 	fs.StringVar(&o.workdir, "workdir", "", "the trial's working directory")
 	fs.StringVar(&o.reportURL, "report-url", "", "where VIRGA_METRIC lines are posted")
-	fs.StringVar(&o.tokenEnv, "token-env", DefaultTokenEnv, "environment variable that holds the report token")
 	fs.IntVar(&o.pidFD, "pid-fd", -1, "file descriptor to write the trial's pid to")
 	fs.DurationVar(&o.reportRetry, "report-retry", 60*time.Second, "how long one report is retried")
 	fs.DurationVar(&o.flushTimeout, "flush-timeout", 10*time.Second, "how long pending reports may take after the trial ends")
@@ -230,15 +227,9 @@ func runShim(o *shimOptions) int {
 	}()
 
 	// 3. The trial, in a process group of its own.
-	token, env := o.token, o.env
+	env := o.env
 	if env == nil {
-		token = os.Getenv(o.tokenEnv)
-		env = make([]string, 0, len(os.Environ()))
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, o.tokenEnv+"=") {
-				env = append(env, kv)
-			}
-		}
+		env = os.Environ()
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -278,7 +269,7 @@ func runShim(o *shimOptions) int {
 	// 4. Relay stdout while the trial runs.
 	var rel *relay
 	if o.reportURL != "" {
-		rel = newRelay(o.reportURL, token, o.reportRetry, log)
+		rel = newRelay(o.reportURL, o.token, o.reportRetry, log)
 	}
 	copied := make(chan struct{})
 	go func() {
