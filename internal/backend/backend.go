@@ -82,3 +82,12 @@ type Adopter interface {
 	// In every case the attempt can never start later.
 	Adopt(ctx context.Context, a *virga.Attempt, res virga.Resources) error
 }
+
+// Sizer is a backend that knows the total resources it can ever offer, so
+// that the control loop can refuse work whose trials can never fit (rather
+// than wait for capacity that will never come free).
+type Sizer interface {
+	// Capacity returns the total resources the backend can ever offer: what
+	// Free returns with nothing running or adopted. It does not change.
+	Capacity() virga.Resources
+}

@@ -46,7 +46,7 @@ type Config struct {
 }
 
 // Backend runs attempts as processes on this machine, each under a `virga
-// shim`. It implements backend.Backend and backend.Adopter.
+// shim`. It implements backend.Backend, backend.Adopter and backend.Sizer.
 type Backend struct {
 	capacity virga.Resources
 	shim     []string
@@ -71,6 +71,7 @@ type Backend struct {
 var (
 	_ backend.Backend = (*Backend)(nil)
 	_ backend.Adopter = (*Backend)(nil)
+	_ backend.Sizer   = (*Backend)(nil)
 )
 
 // attempt is the backend's record of one running or adopted attempt. id and
@@ -182,6 +183,10 @@ func (b *Backend) Free() virga.Resources {
 	defer b.mu.Unlock()
 	return b.capacity.Sub(b.reserved)
 }
+
+// Capacity returns the total resources the backend can ever offer
+// (Config.Capacity, or this machine's), whatever runs.
+func (b *Backend) Capacity() virga.Resources { return b.capacity }
 
 // Start reserves the attempt's resources and hands the attempt to a warm
 // shim, or launches one; it returns without waiting for the trial. An empty

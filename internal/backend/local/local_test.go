@@ -330,6 +330,10 @@ func TestCapacity(t *testing.T) {
 	t.Parallel()
 	capacity := virga.Resources{CPU: 2, MemoryMB: 1024}
 	b := newBackend(t, Config{Capacity: capacity})
+	var sizer backend.Sizer = b
+	if diff := cmp.Diff(capacity, sizer.Capacity()); diff != "" {
+		t.Errorf("Capacity (-want,+got):\n%s", diff)
+	}
 	need := virga.Resources{CPU: 1.5, MemoryMB: 512}
 	first := shSpec(t, 1, `exec sleep 100`)
 	first.Resources = need
@@ -350,8 +354,20 @@ func TestCapacity(t *testing.T) {
 	if diff := cmp.Diff(capacity, b.Free()); diff != "" {
 		t.Errorf("Free after exit (-want,+got):\n%s", diff)
 	}
+	if diff := cmp.Diff(capacity, b.Capacity()); diff != "" {
+		t.Errorf("Capacity while running (-want,+got):\n%s", diff)
+	}
 	start(t, b, second)
 	expect(t, b, second.AttemptID, backend.Exited)
+}
+
+func TestCapacityDefaultsToMachine(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	c := b.Capacity()
+	if c.CPU < 1 || c.MemoryMB <= 0 || c != b.Free() {
+		t.Errorf("Capacity = %+v (Free %+v), want this machine's CPUs and memory", c, b.Free())
+	}
 }
 
 func TestStartTwice(t *testing.T) {
