@@ -142,7 +142,7 @@ func (g *globals) client(ctx context.Context) (*client.Client, func(), error) {
 	}
 	h := api.New(api.Config{Store: st, Version: version})
 	// Serve in-process without a socket: the client's transport calls the handler.
-	c := client.NewWithHTTP("http://virga.local", "", &http.Client{Transport: handlerTransport{h}})
+	c := client.NewWithHTTP("http://localhost", "", &http.Client{Transport: handlerTransport{h}})
 	return c, func() { _ = st.Close() }, nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -62,9 +64,6 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// Handler returns the API's HTTP handler.
-func (s *Server) Handler() http.Handler { return s }
-
 func (s *Server) routes() {
 	m := s.mux
 	m.HandleFunc("GET /api/openapi.json", s.openAPI)
@@ -87,13 +86,30 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/v1/attempts/{id}/complete", s.complete)
 }
 
-// ServeHTTP authenticates the request and routes it.
+// ServeHTTP authenticates the request, refuses what a web page could send
+// cross-site, and routes it.
+//
+// A server on loopback requires no token: local processes are trusted. A web
+// page the user visits is not, yet the browser sends its requests to
+// 127.0.0.1 too. Without a valid token, a request is therefore refused if it
+// carries an Origin header (browsers add it to cross-origin requests and to
+// every POST), if its Host is not a loopback name (DNS rebinding), or if it
+// changes something without Content-Type: application/json (which a page can
+// send cross-site only after a CORS preflight this server never grants).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.RequireAuth {
-		var ok bool
-		if r, ok = s.authorized(r); !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="virga"`)
-			writeError(w, http.StatusUnauthorized, errors.New("a token is required: send 'Authorization: Bearer <token>' (the admin token is in the server's data directory, file admin-token)"))
+	r, authed, presented := s.authenticate(r)
+	switch {
+	case presented && !authed:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="virga", error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, errors.New("the token is not valid here: an admin token is the one in the server's data directory (file admin-token); a trial token may only report for its own attempts"))
+		return
+	case !authed && s.cfg.RequireAuth:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="virga"`)
+		writeError(w, http.StatusUnauthorized, errors.New("a token is required: send 'Authorization: Bearer <token>' (the admin token is in the server's data directory, file admin-token)"))
+		return
+	case !authed:
+		if err := crossSite(r); err != nil {
+			writeError(w, http.StatusForbidden, err)
 			return
 		}
 	}
@@ -104,33 +120,72 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// authorized accepts an admin token anywhere, and a valid trial token only for
-// POST to attempts; the control loop then lets it act only for its own trial.
-func (s *Server) authorized(r *http.Request) (*http.Request, bool) {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+// crossSite returns why a request without a token may have come from a web
+// page rather than a local process, or nil.
+func crossSite(r *http.Request) error {
+	const what = "; Virga's clients (the CLI, the SDKs, curl with -H 'Content-Type: application/json') are not refused, or send 'Authorization: Bearer <admin token>' (file admin-token in the server's data directory)"
+	if o := r.Header.Get("Origin"); o != "" {
+		return fmt.Errorf("refusing a request from a web page (Origin %q) without a token: a page you visit must not control Virga%s", o, what)
+	}
+	if !loopbackHost(r.Host) {
+		return fmt.Errorf("refusing a request for host %q without a token: only localhost, 127.0.0.1 and [::1] are served without one%s", r.Host, what)
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if err != nil || mt != "application/json" {
+			return fmt.Errorf("refusing %s without 'Content-Type: application/json' (got %q) and without a token: a web page could send it cross-site%s", r.Method, r.Header.Get("Content-Type"), what)
+		}
+	}
+	return nil
+}
+
+// loopbackHost reports whether a Host header names this machine: localhost
+// or a loopback address, with or without a port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// authenticate checks the request's token, if it has one. An admin token is
+// accepted anywhere; a valid trial token only for POST to attempts (the
+// control loop then lets it act only for its own trial). presented says
+// whether a token was sent at all.
+func (s *Server) authenticate(r *http.Request) (_ *http.Request, ok, presented bool) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return r, false, false
+	}
+	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || tok == "" {
-		return r, false
+		return r, false, true
 	}
 	if strings.HasPrefix(tok, "vt") {
 		if s.ctl == nil || r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/api/v1/attempts/") {
-			return r, false
+			return r, false, true
 		}
 		trialID, ok := s.ctl.TrialOfToken(tok)
 		if !ok {
-			return r, false
+			return r, false, true
 		}
-		return r.WithContext(control.AsTrial(r.Context(), trialID)), true
+		return r.WithContext(control.AsTrial(r.Context(), trialID)), true, true
 	}
 	sum := sha256.Sum256([]byte(tok))
 	key := string(sum[:])
 	if _, ok := s.tokens.Load(key); ok {
-		return r, true
+		return r, true, true
 	}
 	if _, err := s.st.TokenByHash(r.Context(), sum[:]); err != nil {
-		return r, false
+		return r, false, true
 	}
 	s.tokens.Store(key, true)
-	return r, true
+	return r, true, true
 }
 
 // Error is the body of every error response.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -424,4 +425,78 @@ max_trials: 1
 		t.Errorf("metrics %+v, want the relayed step 0", ms)
 	}
 	e.eventually("the experiment to complete", func() bool { return e.exp(exp.ID).State == virga.ExperimentCompleted })
+}
+
+// TestCrossSiteRefusedOnLoopback: a server on loopback takes requests without
+// a token, but not those a web page the user visits could send it: a
+// request with an Origin header, for another Host (DNS rebinding), or a
+// change that is not JSON (a "simple" cross-origin POST). A token that is
+// sent must be valid.
+func TestCrossSiteRefusedOnLoopback(t *testing.T) {
+	e := newEnv(t, false)
+	exp := e.submit(apiDriven) // JSON without a token: a local client
+	spec, _ := json.Marshal(SubmitRequest{File: "evil.yaml", Spec: apiDriven})
+	req := func(method, path, ctype, origin, token string, body []byte) *http.Request {
+		r, err := http.NewRequest(method, e.srv.URL+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctype != "" {
+			r.Header.Set("Content-Type", ctype)
+		}
+		if origin != "" {
+			r.Header.Set("Origin", origin)
+		}
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		return r
+	}
+	stop := fmt.Sprintf("/api/v1/experiments/%d/stop", exp.ID)
+	rebound := req("GET", "/api/v1/experiments", "", "", "", nil)
+	rebound.Host = "evil.example:80"
+	refused := []struct {
+		name string
+		r    *http.Request
+		want string
+	}{
+		{"text/plain POST", req("POST", "/api/v1/experiments", "text/plain", "", "", spec), "Content-Type: application/json"},
+		{"form POST", req("POST", "/api/v1/experiments", "application/x-www-form-urlencoded", "", "", spec), "Content-Type: application/json"},
+		{"bodiless POST without a type", req("POST", stop, "", "", "", nil), "Content-Type: application/json"},
+		{"JSON POST with an Origin", req("POST", "/api/v1/experiments", "application/json", "http://evil.example", "", spec), "web page"},
+		{"text/plain POST with an Origin", req("POST", stop, "text/plain", "null", "", nil), "web page"},
+		{"GET with an Origin", req("GET", "/api/v1/experiments", "", "http://evil.example", "", nil), "web page"},
+		{"GET for another host", rebound, "host"},
+	}
+	for _, c := range refused {
+		code, body := e.send(c.r)
+		var eb Error
+		if code != http.StatusForbidden || json.Unmarshal(body, &eb) != nil || !strings.Contains(eb.Error, c.want) || !strings.Contains(eb.Error, "admin-token") {
+			t.Errorf("%s: HTTP %d %s; want 403 saying %q and what to do", c.name, code, body, c.want)
+		}
+	}
+	var exps []ExperimentView
+	e.want(http.StatusOK, "GET", "/api/v1/experiments", "", nil, &exps)
+	if len(exps) != 1 || exps[0].State != virga.ExperimentActive {
+		t.Fatalf("experiments after refused requests: %+v; want only experiment %d, active", exps, exp.ID)
+	}
+	// An admin token is proof enough, Origin or not.
+	if code, body := e.send(req("GET", "/api/v1/experiments", "", "http://evil.example", e.admin, nil)); code != http.StatusOK {
+		t.Errorf("admin token with an Origin: HTTP %d %s, want 200", code, body)
+	}
+	// A token that is sent must be valid, on loopback too.
+	var a control.Asked
+	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &a)
+	rep := control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}
+	report := fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID)
+	for _, tok := range []string{"garbage", "vtgarbage", a.Token + "x"} {
+		if code, body := e.do("POST", report, tok, rep); code != http.StatusUnauthorized {
+			t.Errorf("token %q on loopback: HTTP %d %s, want 401", tok, code, body)
+		}
+	}
+	if code, body := e.do("GET", "/api/v1/experiments", "garbage", nil); code != http.StatusUnauthorized {
+		t.Errorf("bad admin token on loopback: HTTP %d %s, want 401", code, body)
+	}
+	e.want(http.StatusOK, "POST", report, a.Token, rep, nil)
+	e.want(http.StatusOK, "POST", stop, "", nil, nil)
 }

@@ -37,7 +37,10 @@ func FuzzReportDecode(f *testing.F) {
 	path := fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
-		e.api.ServeHTTP(rec, httptest.NewRequest("POST", path, bytes.NewReader(body)))
+		req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Host = "127.0.0.1"
+		e.api.ServeHTTP(rec, req)
 		switch rec.Code {
 		case http.StatusOK, http.StatusBadRequest, http.StatusConflict, http.StatusServiceUnavailable:
 		default:

@@ -127,9 +127,18 @@ func (e *env) do(method, path, token string, body any) (int, []byte) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return e.send(req)
+}
+
+// send sends a request as it is and returns the status and body.
+func (e *env) send(req *http.Request) (int, []byte) {
+	e.t.Helper()
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
+		e.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

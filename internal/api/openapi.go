@@ -137,7 +137,7 @@ func OpenAPI(version string) map[string]any {
 	return map[string]any{
 		"openapi": "3.0.3",
 		"info": map[string]any{"title": "Virga API", "version": version,
-			"description": "Experiments, trials, metrics and checkpoints. Send 'Authorization: Bearer <token>' when the server requires it."},
+			"description": "Experiments, trials, metrics and checkpoints. Send 'Authorization: Bearer <token>' when the server requires it. Without a token (a server on loopback), a request with an Origin header, for a non-loopback Host, or a POST without 'Content-Type: application/json' is refused (403): a web page could send it."},
 		"paths":      paths,
 		"components": map[string]any{"schemas": schemas(), "securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}}},
 		"security":   []any{map[string]any{"bearer": []any{}}},

@@ -78,7 +78,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if err != nil {
 		return err
 	}
-	if body != nil {
+	if method != http.MethodGet && method != http.MethodHead {
+		// Even without a body: a server without a token refuses a change
+		// that is not JSON, which a web page could send cross-site.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
