@@ -22,10 +22,11 @@ import (
 //     STARTING can be moved on; readers must accept a Started for an attempt
 //     they already saw running), Stop works as for attempts started here, and
 //     Exited follows when the shim ends.
-//   - If not, the backend takes shim.lock and keeps it until Close, so that a
-//     late shim can never start the trial, and emits Exited at once: with the
+//   - If not, the backend takes shim.lock, and emits Exited at once: with the
 //     status in exit.json, or Lost if there is none. For a lost attempt it
-//     also writes exit.json (Lost), which keeps any later shim from starting.
+//     writes exit.json (Lost) while holding the lock. It lets go of the lock
+//     once exit.json exists: from then on exit.json alone keeps any later
+//     shim from starting (see declareOver).
 //
 // It returns an error, emitting nothing, if the attempt is already running
 // here, if a.Dir is not absolute, or on I/O failure.
@@ -125,11 +126,29 @@ func (b *Backend) adoptStarted(a *attempt) {
 }
 
 // declareOver ends an attempt whose lock this backend holds: no shim runs it,
-// and none ever will. It keeps the lock until Close and emits Exited from
-// exit.json, or Lost (recording it in exit.json) if there is none.
+// and none ever will. It emits Exited from exit.json, or Lost (recording it in
+// exit.json) if there is none, and releases the lock as soon as exit.json
+// exists; only if it cannot be written is the lock kept, until Close.
+//
+// Why exit.json suffices once it exists: a shim takes shim.lock first, then
+// checks for exit.json (and shim.json), refusing if either exists or cannot
+// be ruled out, and holds the lock until it exits (the fd is close-on-exec,
+// so the trial never holds it; a child between fork and exec shares the
+// shim's open file, so the lock stays held). The lock is exclusive, so while
+// this backend holds it no shim holds it. A shim is therefore either
+//   - one that held the lock before we took it: it has exited (the lock was
+//     free), having refused, or run the trial and written exit.json (then
+//     we read its status), or died (then we write Lost); or
+//   - one that takes the lock after we release it: by then exit.json exists
+//     (renamed into place before the release, and a rename is visible at
+//     once to every process), so it refuses.
+//
+// No shim can check between our writing exit.json and our releasing the lock
+// without the lock, so no third case exists.
 func (b *Backend) declareOver(a *attempt, lock *os.File) {
 	now := b.now()
 	var ev backend.Event
+	keep := false // the lock, until Close: exit.json could not be written
 	rec, err := readExitRecord(a.dir)
 	switch {
 	case err == nil:
@@ -142,16 +161,21 @@ func (b *Backend) declareOver(a *attempt, lock *os.File) {
 		ev = lostEvent(a.id, now, msg)
 		if werr := writeJSONAtomic(filepath.Join(a.dir, ExitFile), exitRecord{Lost: true, Message: msg, EndedAt: now}, true); werr != nil {
 			ev.Message += fmt.Sprintf(" (recording it failed: %v; the lock is held until Close)", werr)
+			keep = true
 		}
 	default:
+		// exit.json exists (a shim refuses on any error but "does not
+		// exist") but cannot be read.
 		ev = lostEvent(a.id, now, fmt.Sprintf("the attempt's exit status cannot be read: %v", err))
 	}
 	b.mu.Lock()
-	if b.closed {
-		lock.Close()
-	} else {
+	if keep && !b.closed {
 		b.held = append(b.held, lock)
+		lock = nil
 	}
 	b.mu.Unlock()
+	if lock != nil {
+		lock.Close()
+	}
 	b.finish(a, ev)
 }

@@ -75,6 +75,23 @@ func TestAdoptFinished(t *testing.T) {
 	if b.Free() != b.capacity {
 		t.Errorf("a finished adopted attempt holds resources: free %+v", b.Free())
 	}
+	assertLockFree(t, s.Dir)
+}
+
+// assertLockFree checks that no one holds dir's shim.lock (taking it and
+// letting go). It polls: a child another test forks shares the backend's lock
+// file until it executes (close-on-exec), so the lock can outlive its Close
+// for a moment.
+func assertLockFree(t *testing.T, dir string) {
+	t.Helper()
+	waitFor(t, "the lock to be free before Close", func() bool {
+		f, locked, err := openLock(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		return locked
+	})
 }
 
 // runShim runs the test binary as a shim on dir and returns its exit code.
@@ -101,7 +118,8 @@ func TestAdoptNeverStarted(t *testing.T) {
 	if !ev.Lost {
 		t.Fatalf("Exited = %+v, want Lost", ev)
 	}
-	// While b holds the lock, and after it let go, a late shim refuses.
+	// b let go of the lock at once: exit.json alone keeps a late shim out.
+	assertLockFree(t, dir)
 	if code := runShimOn(t, dir, "touch", ran); code != ShimExitLocked {
 		t.Errorf("late shim exited %d, want %d", code, ShimExitLocked)
 	}

@@ -63,7 +63,7 @@ type Backend struct {
 	mu       sync.Mutex
 	reserved virga.Resources
 	attempts map[int64]*attempt // running or adopted, until their Exited
-	held     []*os.File         // locks of attempts declared over, released by Close
+	held     []*os.File         // locks of attempts declared over without an exit.json, released by Close
 	idle     []*warmShim        // warm shims waiting for an attempt
 	closed   bool
 }
@@ -435,9 +435,9 @@ func signalGroup(pid int, sig unix.Signal) error {
 // Close stops watching attempts and closes the Events channel; it does not
 // signal any trial, and cancels pending SIGKILLs of Stop. Idle warm shims
 // are sent away. Shims this
-// backend launched are still reaped when they end. Locks taken to keep lost
-// attempts from starting are released: their exit.json keeps a late shim
-// from starting them. Close is idempotent.
+// backend launched are still reaped when they end. Locks still held (those of
+// attempts declared over whose exit.json could not be written) are released.
+// Close is idempotent.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -199,9 +200,16 @@ func runShim(o *shimOptions) int {
 		fmt.Fprintf(os.Stderr, "virga shim: %s is held by another shim or server; not starting the trial\n", filepath.Join(o.dir, LockFile))
 		return ShimExitLocked
 	}
+	// Only now, holding the lock: a server that declared the attempt over
+	// wrote exit.json while holding it (see Backend.declareOver).
 	for _, name := range []string{ExitFile, ShimFile} {
-		if _, err := os.Stat(filepath.Join(o.dir, name)); err == nil {
+		_, err := os.Stat(filepath.Join(o.dir, name))
+		if err == nil {
 			fmt.Fprintf(os.Stderr, "virga shim: %s exists: the attempt already ran or was declared lost; not starting the trial\n", filepath.Join(o.dir, name))
+			return ShimExitLocked
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintf(os.Stderr, "virga shim: cannot tell whether the attempt already ran: %v; not starting the trial\n", err)
 			return ShimExitLocked
 		}
 	}
