@@ -15,12 +15,14 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/spec"
@@ -113,6 +115,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.noRoute(w, r)
+		return
+	}
 	if s.ctl == nil && (r.Method != http.MethodGet || strings.HasSuffix(r.URL.Path, "/watch")) {
 		writeError(w, http.StatusServiceUnavailable, errors.New("no Virga server is running on this data directory: start one with `virga server` (it resumes unfinished experiments) or pass --server URL"))
 		return
@@ -151,6 +157,28 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// noRoute answers a request no route matches: 405 (with Allow) if the path
+// is served for other methods, else 404, with a JSON body like every error.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := s.mux.Handler(probe); p != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no such API route: %s %s (the routes are listed at /api/openapi.json)", r.Method, r.URL.Path))
+		return
+	}
+	if slices.Contains(allow, http.MethodGet) {
+		allow = append(allow, http.MethodHead)
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
 }
 
 // authenticate checks the request's token, if it has one. An admin token is
@@ -215,6 +243,10 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &se):
 		return http.StatusBadRequest
+	case errors.Is(err, checkpoint.ErrUnsupported):
+		// The trial put something in its checkpoint directory that a
+		// checkpoint cannot hold: its doing, so not a 5xx to retry.
+		return http.StatusUnprocessableEntity
 	case errors.Is(err, virga.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, virga.ErrConflict), errors.Is(err, control.ErrSuperseded), errors.Is(err, search.ErrExhausted):
@@ -313,7 +345,12 @@ func (s *Server) listExperiments(w http.ResponseWriter, r *http.Request) {
 	f := store.ExperimentFilter{}
 	if st := r.URL.Query().Get("state"); st != "" {
 		for _, x := range strings.Split(st, ",") {
-			f.States = append(f.States, virga.ExperimentState(strings.ToUpper(x)))
+			state := virga.ExperimentState(strings.ToUpper(strings.TrimSpace(x)))
+			if !slices.Contains(experimentStates, state) {
+				writeError(w, http.StatusBadRequest, fmt.Errorf("state: no experiment state %q (want one or more of %s, comma-separated)", x, joinStates(experimentStates)))
+				return
+			}
+			f.States = append(f.States, state)
 		}
 	}
 	if l := r.URL.Query().Get("limit"); l != "" {
@@ -339,6 +376,18 @@ func (s *Server) listExperiments(w http.ResponseWriter, r *http.Request) {
 		out = append(out, s.view(e, trials, false))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// experimentStates are the states ?state= accepts.
+var experimentStates = []virga.ExperimentState{virga.ExperimentActive, virga.ExperimentPaused, virga.ExperimentStopping,
+	virga.ExperimentCompleted, virga.ExperimentStopped, virga.ExperimentFailed}
+
+func joinStates(states []virga.ExperimentState) string {
+	out := make([]string, len(states))
+	for i, st := range states {
+		out[i] = string(st)
+	}
+	return strings.Join(out, ", ")
 }
 
 // ExperimentView is an experiment with its progress summary.
@@ -500,6 +549,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	after, ok := queryInt(w, r, "after", 0)
 	if !ok {
+		return
+	}
+	if _, err := s.st.Experiment(r.Context(), id); err != nil {
+		writeError(w, statusOf(err), err)
 		return
 	}
 	evs, err := s.st.Events(r.Context(), store.EventFilter{ExperimentID: id, AfterID: after})

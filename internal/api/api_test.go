@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -248,6 +249,12 @@ func TestErrors(t *testing.T) {
 		{"unknown trial", "GET", "/api/v1/trials/99999/metrics", nil, 404, "not found"},
 		{"unknown op", "POST", fmt.Sprintf("/api/v1/experiments/%d/explode", exp.ID), nil, 404, "want stop, pause or resume"},
 		{"bad list limit", "GET", "/api/v1/experiments?limit=-1", nil, 400, "limit"},
+		{"bad list state", "GET", "/api/v1/experiments?state=active,bogus", nil, 400, "ACTIVE, PAUSED, STOPPING, COMPLETED, STOPPED, FAILED"},
+		{"events of an unknown experiment", "GET", "/api/v1/experiments/99999/events", nil, 404, "not found"},
+		{"unknown route", "GET", "/api/v1/nothing", nil, 404, "no such API route"},
+		{"unknown route under the API", "POST", "/api/v2/experiments", nil, 404, "no such API route"},
+		{"wrong method", "DELETE", fmt.Sprintf("/api/v1/experiments/%d", exp.ID), nil, 405, "allowed: GET, HEAD"},
+		{"wrong method on a POST route", "GET", "/api/v1/validate", nil, 405, "allowed: POST"},
 		{"ask of an experiment with an entrypoint", "POST", "/api/v1/experiments/%s/trials", nil, 409, "entrypoint"},
 	}
 	// An experiment that runs its own trials, for the last case; paused so nothing runs.
@@ -499,4 +506,34 @@ func TestCrossSiteRefusedOnLoopback(t *testing.T) {
 	}
 	e.want(http.StatusOK, "POST", report, a.Token, rep, nil)
 	e.want(http.StatusOK, "POST", stop, "", nil, nil)
+}
+
+// TestCheckpointRefusedIs422: a checkpoint directory holding what a
+// checkpoint cannot (a link leading outside it) is the trial's doing: the
+// report gets 422 with the reason, not a 5xx the SDKs would retry.
+func TestCheckpointRefusedIs422(t *testing.T) {
+	e := newEnv(t, false)
+	exp := e.submit("name: badlink\nentrypoint: [sh, -c, 'ln -s /etc \"$VIRGA_CHECKPOINT_DIR/etc\" && sleep 30']\nhyperparameters:\n  x: {type: float, min: 0, max: 1}\nsearcher: random\nobjective: {metric: loss, direction: minimize}\nmax_trials: 1\nstop_grace: 1s\n")
+	var tv TrialView
+	e.eventually("a running attempt with its link", func() bool {
+		var trials []*virga.Trial
+		e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &trials)
+		if len(trials) == 0 {
+			return false
+		}
+		e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/trials/%d", trials[0].ID), "", nil, &tv)
+		_, err := os.Lstat(filepath.Join(e.ctl.TrialDir(tv.ID), "etc"))
+		return len(tv.AttemptList) > 0 && err == nil
+	})
+	a := tv.AttemptList[len(tv.AttemptList)-1]
+	code, body := e.do("POST", fmt.Sprintf("/api/v1/attempts/%d/report", a.ID), control.TrialToken(testSecret, tv.ID),
+		control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}})
+	var eb Error
+	if code != http.StatusUnprocessableEntity || json.Unmarshal(body, &eb) != nil || !strings.Contains(eb.Error, "outside the checkpoint directory") {
+		t.Errorf("report with a link to /etc in the checkpoint directory: HTTP %d %s, want 422 saying why", code, body)
+	}
+	if strings.Count(eb.Error, "saving checkpoint") > 1 {
+		t.Errorf("message %q repeats itself", eb.Error)
+	}
+	e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/experiments/%d/stop", exp.ID), "", nil, nil)
 }

@@ -30,7 +30,7 @@ var apiRoutes = []route{
 	{"get", "/api/v1/trials/{id}/metrics", "A trial's reports ordered by step (query: after=STEP)", "", "MetricList", ""},
 	{"get", "/api/v1/trials/{id}/checkpoints", "A trial's retained checkpoints", "", "CheckpointList", ""},
 	{"get", "/api/v1/trials/{id}/logs", "A trial's output, all attempts (query: follow=true streams until it ends)", "", "", "text/plain"},
-	{"post", "/api/v1/attempts/{id}/report", "Report metrics of an attempt; the reply says continue or stop; 409 if superseded", "Report", "ReportReply", ""},
+	{"post", "/api/v1/attempts/{id}/report", "Report metrics of an attempt; the reply says continue or stop; 409 if superseded; 422 if the checkpoint directory holds what a checkpoint cannot", "Report", "ReportReply", ""},
 	{"post", "/api/v1/attempts/{id}/complete", "Tell: end an API-driven attempt (ok: completed, else failed)", "CompleteRequest", "Trial", ""},
 }
 
