@@ -192,6 +192,18 @@ func follow(ctx context.Context, g *globals, c *client.Client, id int64) (*virga
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		switch ev.Kind {
+		case "unreachable", "reconnected":
+			if g.json {
+				break
+			}
+			msg := "server reachable again; following"
+			if ev.Kind == "unreachable" {
+				_ = json.Unmarshal(ev.Data, &msg)
+				msg += " (Ctrl-C to stop following)"
+			}
+			fmt.Fprintf(g.stderr, "virga: %s\n", msg)
+			p.lines = 0 // the table is drawn again below the message
+			return nil
 		case "snapshot":
 			var s api.WatchSnapshot
 			if err := json.Unmarshal(ev.Data, &s); err != nil {

@@ -65,6 +65,20 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
+// readError reads an error response: the server's JSON error body, or else
+// the body as text (a proxy's page, say), or else the status text.
+func readError(resp *http.Response) *Error {
+	e := &Error{Status: resp.StatusCode}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(b, &e.Body) != nil || e.Body.Error == "" {
+		e.Body = api.Error{Error: strings.TrimSpace(string(b))}
+	}
+	if e.Body.Error == "" {
+		e.Body.Error = http.StatusText(resp.StatusCode)
+	}
+	return e
+}
+
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -92,12 +106,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		e := &Error{Status: resp.StatusCode}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if json.Unmarshal(b, &e.Body) != nil || e.Body.Error == "" {
-			e.Body.Error = strings.TrimSpace(string(b))
-		}
-		return e
+		return readError(resp)
 	}
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -226,10 +235,7 @@ func (c *Client) Logs(ctx context.Context, trialID int64, follow bool, w io.Writ
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		e := &Error{Status: resp.StatusCode}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		_ = json.Unmarshal(b, &e.Body)
-		return e
+		return readError(resp)
 	}
 	_, err = io.Copy(w, resp.Body)
 	return err
@@ -237,45 +243,85 @@ func (c *Client) Logs(ctx context.Context, trialID int64, follow bool, w io.Writ
 
 // WatchEvent is one server-sent event of a watch.
 type WatchEvent struct {
-	Kind string // "snapshot", "update" or "end"
+	// Kind is the server's "snapshot", "update" or "end"; or Watch's own
+	// "unreachable" (Data: a JSON string saying so, sent once when reconnects
+	// keep failing) and "reconnected" (Data: null, when the stream is back).
+	Kind string
 	Data json.RawMessage
 }
 
+// unreachableAfter is how many failed connections in a row make Watch say
+// the server is unreachable.
+const unreachableAfter = 3
+
+// reconnectWait is the pause between reconnects.
+var reconnectWait = 500 * time.Millisecond
+
 // Watch follows an experiment's progress, calling fn for each event until the
 // experiment ends ("end"), fn returns an error, or ctx ends. If the stream
-// breaks (a server restart), it reconnects after a short wait.
+// breaks (a server restart), it reconnects after a short wait, for as long as
+// ctx lasts; when unreachableAfter tries in a row fail, fn gets one
+// "unreachable" event, and a "reconnected" one once the stream is back.
 func (c *Client) Watch(ctx context.Context, id int64, fn func(WatchEvent) error) error {
+	failures, reported := 0, false
 	for {
-		err := c.watchOnce(ctx, id, fn)
+		err := c.watchOnce(ctx, id, func(ev WatchEvent) error {
+			failures = 0
+			if reported {
+				reported = false
+				if err := fn(WatchEvent{Kind: "reconnected", Data: json.RawMessage("null")}); err != nil {
+					return callbackError{err}
+				}
+			}
+			if err := fn(ev); err != nil {
+				return callbackError{err}
+			}
+			return nil
+		})
 		if errors.Is(err, errWatchEnded) {
 			return nil
 		}
-		var apiErr *Error
-		if errors.As(err, &apiErr) && apiErr.Status < 500 {
-			return err
+		var cbErr callbackError
+		if errors.As(err, &cbErr) {
+			return cbErr.err
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err != nil && !isTransient(err) {
+		if !isTransient(err) {
 			return err
+		}
+		failures++
+		if failures >= unreachableAfter && !reported {
+			reported = true
+			msg, _ := json.Marshal(fmt.Sprintf("server unreachable at %s, retrying...: %v", c.base, err))
+			if err := fn(WatchEvent{Kind: "unreachable", Data: msg}); err != nil {
+				return err
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(reconnectWait):
 		}
 	}
 }
 
 var errWatchEnded = errors.New("watch ended")
 
+// callbackError is an error of Watch's fn, which ends the watch.
+type callbackError struct{ err error }
+
+func (e callbackError) Error() string { return e.err.Error() }
+
+// isTransient says whether a watch may be tried again after err: connection
+// errors and 5xx (the server may be restarting), not other refusals.
 func isTransient(err error) bool {
 	var apiErr *Error
 	if errors.As(err, &apiErr) {
 		return apiErr.Status >= 500
 	}
-	return true // connection errors: the server may be restarting
+	return true
 }
 
 func (c *Client) watchOnce(ctx context.Context, id int64, fn func(WatchEvent) error) error {
@@ -293,10 +339,7 @@ func (c *Client) watchOnce(ctx context.Context, id int64, fn func(WatchEvent) er
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		e := &Error{Status: resp.StatusCode}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		_ = json.Unmarshal(b, &e.Body)
-		return e
+		return readError(resp)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64*1024), 64<<20)
