@@ -43,6 +43,13 @@ type Config struct {
 	// a shim (which takes milliseconds: a large binary and a Go runtime).
 	// 0 means 2; a negative number means none (every Start executes a shim).
 	WarmShims int
+	// ShimDrain is how long a shim lets the rest of a trial's process group
+	// run on after the trial's own process ended (a wrapper such as `go run`
+	// or `sh -c` may end before the process doing the work, e.g. writing a
+	// checkpoint on SIGTERM) before it kills the group. 0 means
+	// DefaultShimDrain; a negative value means no drain. A Stop's SIGKILL at
+	// the end of its grace reaches the whole group regardless.
+	ShimDrain time.Duration
 }
 
 // Backend runs attempts as processes on this machine, each under a `virga
@@ -53,6 +60,7 @@ type Backend struct {
 	now      func() time.Time
 	poll     time.Duration
 	warm     int
+	drain    time.Duration // handed to each shim
 	refill   chan struct{} // wakes refillLoop
 	q        *eventQueue
 
@@ -121,6 +129,12 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if b.poll <= 0 {
 		b.poll = 100 * time.Millisecond
+	}
+	switch {
+	case cfg.ShimDrain == 0:
+		b.drain = DefaultShimDrain
+	case cfg.ShimDrain > 0:
+		b.drain = cfg.ShimDrain
 	}
 	switch {
 	case cfg.WarmShims == 0:

@@ -146,16 +146,78 @@ func TestStopKillsProcessGroup(t *testing.T) {
 
 func TestExitKillsLeftovers(t *testing.T) {
 	t.Parallel()
-	b := newBackend(t, Config{})
-	// The background sleep keeps stdout open: the shim must not wait for it.
-	s := shSpec(t, 1, `sleep 100 & echo $! > child; exit 0`)
-	start(t, b, s)
-	ev := expect(t, b, s.AttemptID, backend.Exited)
-	if ev.ExitCode == nil || *ev.ExitCode != 0 {
-		t.Fatalf("Exited = %+v, want exit code 0", ev)
+	for _, mode := range shimModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			const drain = 300 * time.Millisecond
+			b := newBackend(t, Config{WarmShims: mode.warm, ShimDrain: drain})
+			// The background sleep keeps stdout open: the shim must not wait
+			// for it beyond the drain.
+			s := shSpec(t, 1, `sleep 100 & echo $! > child; exit 0`)
+			start(t, b, s)
+			t0 := time.Now()
+			ev := expect(t, b, s.AttemptID, backend.Exited)
+			if ev.ExitCode == nil || *ev.ExitCode != 0 {
+				t.Fatalf("Exited = %+v, want exit code 0", ev)
+			}
+			if d := time.Since(t0); d > 5*time.Second {
+				t.Errorf("Exited %s after the trial's end, want about the %s drain", d, drain)
+			}
+			child := readPIDFile(t, filepath.Join(s.Workdir, "child"))
+			waitFor(t, "the leftover to die", func() bool { return processGone(child) })
+			if out := readOutput(t, s.Dir); !strings.Contains(out, "killing what remains of its process group") {
+				t.Errorf("output.log does not say the leftover was killed:\n%s", out)
+			}
+		})
 	}
+}
+
+// A wrapper (here sh) that ends at once on SIGTERM must not take down the
+// process doing the work, which checkpoints on SIGTERM: the shim lets the
+// group drain before it kills it, and reports the end after that.
+func TestStopWrappedTrialCheckpoints(t *testing.T) {
+	t.Parallel()
+	for _, mode := range shimModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t, Config{WarmShims: mode.warm})
+			s := shSpec(t, 1, `sh -c 'trap "sleep 0.5; echo saved > ckpt; exit 0" TERM; echo ready; while :; do sleep 0.05; done' & wait`)
+			start(t, b, s)
+			waitOutput(t, s.Dir, "ready")
+			if err := b.Stop(s.AttemptID, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			ev := expect(t, b, s.AttemptID, backend.Exited)
+			if _, err := os.Stat(filepath.Join(s.Workdir, "ckpt")); err != nil {
+				t.Fatalf("Exited (%+v) came before the checkpoint: %v", ev, err)
+			}
+			if ev.Signal != "terminated" {
+				t.Errorf("Exited = %+v, want the wrapper's own status, signal terminated", ev)
+			}
+		})
+	}
+}
+
+// The drain is bounded by the Stop's grace: what still runs then is killed.
+func TestStopGraceBoundsDrain(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{ShimDrain: time.Minute})
+	s := shSpec(t, 1, `sh -c 'trap "" TERM; echo $$ > child; echo ready; while :; do sleep 0.05; done' & wait`)
+	start(t, b, s)
+	waitOutput(t, s.Dir, "ready")
 	child := readPIDFile(t, filepath.Join(s.Workdir, "child"))
-	waitFor(t, "the leftover to die", func() bool { return processGone(child) })
+	t0 := time.Now()
+	if err := b.Stop(s.AttemptID, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("Exited %s after Stop, want about the 300ms grace", d)
+	}
+	if ev.Signal != "terminated" {
+		t.Errorf("Exited = %+v, want the wrapper's own status, signal terminated", ev)
+	}
+	waitFor(t, "the worker to die", func() bool { return processGone(child) })
 }
 
 func TestStopBeforePIDKnown(t *testing.T) {

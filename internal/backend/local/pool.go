@@ -72,7 +72,7 @@ func (w *warmShim) hand(msg []byte) error {
 func (b *Backend) shimSpecFor(s *backend.StartSpec) ([]byte, error) {
 	msg, err := json.Marshal(shimSpec{
 		Dir: s.Dir, Workdir: s.Workdir, ReportURL: s.ReportURL, Token: s.Token,
-		Env: trialEnv(s), Argv: s.Argv,
+		Env: trialEnv(s), Argv: s.Argv, Drain: &b.drain,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encoding the attempt for the shim: %w", err)

@@ -38,6 +38,11 @@ const (
 	ShimExitLocked = 75
 )
 
+// DefaultShimDrain is how long, by default, the shim lets the rest of the
+// trial's process group end on its own after the trial's own process ended
+// (see ShimMain's --drain).
+const DefaultShimDrain = 10 * time.Second
+
 // metricPrefix starts a stdout line the shim reports on the trial's behalf.
 const metricPrefix = "VIRGA_METRIC "
 
@@ -49,7 +54,8 @@ type shimOptions struct {
 	pidFD        int
 	reportRetry  time.Duration
 	flushTimeout time.Duration
-	drainTimeout time.Duration
+	drain        time.Duration // how long the group may run on after the trial's process ended
+	stdoutWait   time.Duration // how long stdout is read after the group is gone
 	argv         []string
 	specStdin    bool
 	env          []string // the trial's environment; nil: the shim's own
@@ -65,6 +71,8 @@ type shimSpec struct {
 	Token     string   `json:"token,omitempty"`
 	Env       []string `json:"env"`
 	Argv      []string `json:"argv"`
+	// Drain, in nanoseconds, overrides --drain.
+	Drain *time.Duration `json:"drain_ns,omitempty"`
 }
 
 // ShimMain is the `virga shim` subcommand: it supervises one trial process and
@@ -78,10 +86,13 @@ type shimSpec struct {
 //	                        file descriptor, then close it (default -1: none)
 //	--report-retry D        how long one report is retried (default 60s)
 //	--flush-timeout D       how long pending reports may take after the trial ends (default 10s)
+//	--drain D               how long the rest of the trial's process group may run on after
+//	                        the trial's own process ended, before it is killed (default 10s)
 //	-- ARGV...              the trial's command
 //	--spec-stdin            start warm: wait for the attempt as one JSON object on stdin
-//	                        ({"dir","workdir","report_url","token","env","argv"}, the env
-//	                        being the trial's whole environment) instead of --dir, --workdir,
+//	                        ({"dir","workdir","report_url","token","env","argv","drain_ns"},
+//	                        the env being the trial's whole environment; drain_ns, if set,
+//	                        overrides --drain) instead of --dir, --workdir,
 //	                        --report-url and ARGV; EOF before it means "not needed" and
 //	                        the shim exits ShimExitOK having done nothing
 //
@@ -96,6 +107,15 @@ type shimSpec struct {
 // shim.json, relays VIRGA_METRIC lines, and writes exit.json when the trial
 // ends. It ignores SIGTERM, SIGINT and SIGHUP: the trial is stopped by
 // signalling its process group, never the shim.
+//
+// The trial's own process (the one the shim started) may be a wrapper (`go
+// run`, `sh -c`) whose real work runs in a descendant: when the group gets
+// SIGTERM the wrapper may end at once while the descendant still writes its
+// checkpoint. So when the trial's process ends the shim waits up to --drain
+// for the rest of its group to end on its own, and only then SIGKILLs what
+// is left. It is a child subreaper (PR_SET_CHILD_SUBREAPER): the trial's
+// orphaned descendants become its children, and it reaps them. exit.json,
+// written after the drain, holds the status of the trial's own process.
 func ShimMain(args []string) int {
 	fs := flag.NewFlagSet("virga shim", flag.ContinueOnError)
 	var o shimOptions
@@ -105,6 +125,7 @@ func ShimMain(args []string) int {
 	fs.IntVar(&o.pidFD, "pid-fd", -1, "file descriptor to write the trial's pid to")
 	fs.DurationVar(&o.reportRetry, "report-retry", 60*time.Second, "how long one report is retried")
 	fs.DurationVar(&o.flushTimeout, "flush-timeout", 10*time.Second, "how long pending reports may take after the trial ends")
+	fs.DurationVar(&o.drain, "drain", DefaultShimDrain, "how long the trial's process group may run on after the trial's process ended")
 	fs.BoolVar(&o.specStdin, "spec-stdin", false, "wait for the attempt as JSON on stdin")
 	if err := fs.Parse(args); err != nil {
 		return ShimExitUsage
@@ -127,6 +148,9 @@ func ShimMain(args []string) int {
 		if o.env == nil {
 			o.env = []string{}
 		}
+		if spec.Drain != nil {
+			o.drain = *spec.Drain
+		}
 		if o.dir != "" {
 			if err := adoptStdio(o.dir); err != nil {
 				fmt.Fprintf(os.Stderr, "virga shim: %v\n", err)
@@ -145,7 +169,8 @@ func ShimMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "virga shim: --pid-fd %d: must be 3 or more\n", o.pidFD)
 		return ShimExitUsage
 	}
-	o.drainTimeout = 5 * time.Second
+	o.drain = max(o.drain, 0)
+	o.stdoutWait = 5 * time.Second
 	return runShim(&o)
 }
 
@@ -234,6 +259,15 @@ func runShim(o *shimOptions) int {
 		}
 	}()
 
+	// Orphaned descendants of the trial become our children (so that we can
+	// wait for them to end, and reap them) rather than init's.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		log.printf("warning: PR_SET_CHILD_SUBREAPER: %v (the trial's orphans are not waited for)", err)
+	}
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
+
 	// 3. The trial, in a process group of its own.
 	env := o.env
 	if env == nil {
@@ -286,8 +320,21 @@ func runShim(o *shimOptions) int {
 	}()
 
 	// 5. Wait for the trial's end without reaping it, so that its pid (and
-	// so its process group id) cannot be reused while we kill what it left
-	// behind in its group; then reap it.
+	// so its process group id) cannot be reused while we wait for, and
+	// kill, what it left behind in its group; reap orphans meanwhile.
+	reaperDone := make(chan struct{})
+	stopReaper := make(chan struct{})
+	go func() {
+		defer close(reaperDone)
+		for {
+			select {
+			case <-chld:
+				scanChildren(pid)
+			case <-stopReaper:
+				return
+			}
+		}
+	}()
 	var info unix.Siginfo
 	for {
 		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
@@ -295,24 +342,32 @@ func runShim(o *shimOptions) int {
 			break
 		}
 	}
-	_ = unix.Kill(-pid, unix.SIGKILL)
-	_ = cmd.Wait() // the status is in ProcessState; an *ExitError is expected
+	close(stopReaper)
+	<-reaperDone
+	// 6. The rest of the group may still be at work (the trial's process
+	// was a wrapper); a Stop's SIGKILL still reaches it through the group.
+	if !drainGroup(pid, o.drain) {
+		log.printf("the trial's process ended; killing what remains of its process group after %s", o.drain)
+	}
+	_ = unix.Kill(-pid, unix.SIGKILL) // also when drained: a leader thread gone Z hides live threads
+	_ = cmd.Wait()                    // the status is in ProcessState; an *ExitError is expected
 	state := cmd.ProcessState
+	scanChildren(0)
 
 	select {
 	case <-copied:
-	case <-time.After(o.drainTimeout):
+	case <-time.After(o.stdoutWait):
 		// Something outside the group still holds the pipe open.
 		_ = pr.SetReadDeadline(time.Now())
 		<-copied
-		log.printf("stopped reading stdout %s after the trial ended: another process holds it open", o.drainTimeout)
+		log.printf("stopped reading stdout %s after the trial ended: another process holds it open", o.stdoutWait)
 	}
 	pr.Close()
 	if rel != nil {
 		rel.close(o.flushTimeout)
 	}
 
-	// 6. The record of the end, atomically.
+	// 7. The record of the end, atomically.
 	rec := exitRecord{EndedAt: time.Now()}
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		rec.Signal = ws.Signal().String()
@@ -328,6 +383,45 @@ func runShim(o *shimOptions) int {
 		return ShimExitFailed
 	}
 	return ShimExitOK
+}
+
+// scanChildren reaps the shim's exited children other than trial (the
+// trial's orphaned descendants, reparented to the shim), and reports whether
+// any process but trial is alive in trial's process group. trial 0 means
+// none: every exited child is reaped.
+func scanChildren(trial int) (groupLive bool) {
+	self := os.Getpid()
+	_ = eachProc(func(p procStat) {
+		switch {
+		case p.pid == trial:
+		case p.ppid == self && p.state == 'Z':
+			// Our zombie child: its pid cannot be reused before we reap it.
+			var info unix.Siginfo
+			_ = unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOHANG, nil)
+		case trial > 0 && p.pgrp == trial && p.state != 'Z' && p.state != 'X':
+			groupLive = true
+		}
+	})
+	return groupLive
+}
+
+// drainGroup waits up to d for trial's process group to hold no live
+// process but trial (ended, not yet reaped), reaping orphans meanwhile; false
+// means some still ran at the deadline.
+func drainGroup(trial int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	wait := 2 * time.Millisecond
+	for {
+		if !scanChildren(trial) {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		time.Sleep(min(wait, left))
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // readSpec reads a warm shim's attempt from r: io.EOF if r ends first.

@@ -1,0 +1,82 @@
+package local
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// procStat is what the shim and the backend read of /proc/PID/stat.
+type procStat struct {
+	pid     int
+	state   byte // R, S, D, Z, X, ...
+	ppid    int
+	pgrp    int
+	session int
+	start   uint64 // field 22: start time in clock ticks after boot
+}
+
+// readProcStat reads /proc/PID/stat.
+func readProcStat(pid int) (procStat, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseProcStat(pid, data)
+}
+
+// parseProcStat parses a /proc/PID/stat line. The command name (field 2) is
+// in parentheses and may hold anything, so fields are counted from the last
+// ')'.
+func parseProcStat(pid int, data []byte) (procStat, error) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	}
+	f := bytes.Fields(data[i+1:]) // f[k] is field k+3
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	p := procStat{pid: pid, state: f[0][0]}
+	var err error
+	num := func(b []byte) int {
+		n, e := strconv.Atoi(string(b))
+		if e != nil && err == nil {
+			err = e
+		}
+		return n
+	}
+	p.ppid, p.pgrp, p.session = num(f[1]), num(f[2]), num(f[3])
+	if err != nil {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	if p.start, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	return p, nil
+}
+
+// eachProc calls f for every process /proc lists now; processes that vanish
+// while it reads are skipped.
+func eachProc(f func(procStat)) error {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if p, err := readProcStat(pid); err == nil {
+			f(p)
+		}
+	}
+	return nil
+}
