@@ -29,6 +29,8 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 }
 
 func (s *Store) apply(ctx context.Context, b *store.Batch, ids *[]*int64) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
@@ -68,9 +70,56 @@ func (s *Store) apply(ctx context.Context, b *store.Batch, ids *[]*int64) error 
 	if err := w.events(b.Events); err != nil {
 		return err
 	}
+	logRows := s.logRows + len(b.Metrics)
+	if logRows >= mergeRows {
+		if err := w.mergeLog(); err != nil {
+			return err
+		}
+		logRows = 0
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("committing: %w", err)
 	}
+	s.logRows = logRows
+	return nil
+}
+
+// mergeRows is how many rows metric_log holds before an Apply merges it into
+// metrics. A commit of one metric per trial for many trials appends to one
+// or two pages of the log rather than dirtying one leaf page of metrics per
+// trial (each written to the WAL whole); the merge then writes each trial's
+// pages once for many commits. More rows make merges rarer but reads, which
+// scan the log, slower (4096 rows are ~250 KB).
+const mergeRows = 4096
+
+// mergeLog moves metric_log into metrics in w's transaction.
+func (w *writer) mergeLog() error {
+	if _, err := w.exec(w.st.mergeLog); err != nil {
+		return wrap(err, "merging metric_log into metrics")
+	}
+	if _, err := w.exec(w.st.clearLog); err != nil {
+		return wrap(err, "emptying metric_log")
+	}
+	return nil
+}
+
+// merge merges metric_log into metrics in a transaction of its own.
+func (s *Store) merge(ctx context.Context) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("merging metric_log: beginning transaction: %w", err)
+	}
+	defer tx.Rollback()
+	w := writer{ctx: ctx, tx: tx, st: s.st}
+	if err := w.mergeLog(); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("merging metric_log: committing: %w", err)
+	}
+	s.logRows = 0
 	return nil
 }
 
@@ -160,27 +209,37 @@ const (
 )
 
 // metricCols is the number of parameters of one metric row; maxMetricRows
-// the most rows of one metric statement, 2^(len(stmts.upsertMetrics)-1),
+// the most rows of one metric statement, 2^(len(stmts.logMetrics)-1),
 // far below SQLite's limit of 32766 parameters.
 const (
 	metricCols    = 5
 	maxMetricRows = 64
 )
 
-// upsertMetricsSQL returns the upsert of n metric rows.
-func upsertMetricsSQL(n int) string {
+// logMetricsSQL returns the insert of n metric rows into metric_log.
+func logMetricsSQL(n int) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO metrics (trial_id, step, attempt_id, values_json, time) VALUES `)
+	b.WriteString(`INSERT INTO metric_log (trial_id, step, attempt_id, values_json, time) VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString("(?, ?, ?, ?, ?)")
 	}
-	b.WriteString(` ON CONFLICT (trial_id, step) DO UPDATE SET
-		attempt_id = excluded.attempt_id, values_json = excluded.values_json, time = excluded.time`)
 	return b.String()
 }
+
+// The merge of metric_log into metrics (see mergeRows): every logged row is
+// upserted in arrival order, so that of several rows of one (trial_id, step)
+// the last one stays, then the log is emptied. ("WHERE true" keeps SQLite
+// from reading ON CONFLICT as a join constraint.)
+const (
+	mergeLog = `INSERT INTO metrics (trial_id, step, attempt_id, values_json, time)
+		SELECT trial_id, step, attempt_id, values_json, time FROM metric_log WHERE true ORDER BY seq
+		ON CONFLICT (trial_id, step) DO UPDATE SET
+		attempt_id = excluded.attempt_id, values_json = excluded.values_json, time = excluded.time`
+	clearLog = `DELETE FROM metric_log`
+)
 
 // stmts are the writer's statements, prepared once when the store opens.
 // They are prepared on the writer *sql.DB, whose only connection is the
@@ -193,9 +252,10 @@ type stmts struct {
 	insertAttempt, updateAttempt       *sql.Stmt
 	insertEvent, updateEvent           *sql.Stmt
 	insertCheckpoint, deleteCheckpoint *sql.Stmt
-	// upsertMetrics[k] upserts 2^k metric rows, up to maxMetricRows.
-	upsertMetrics [7]*sql.Stmt
-	all           []*sql.Stmt
+	// logMetrics[k] appends 2^k metric rows to metric_log, up to maxMetricRows.
+	logMetrics         [7]*sql.Stmt
+	mergeLog, clearLog *sql.Stmt
+	all                []*sql.Stmt
 }
 
 // prepareStmts prepares the writer's statements on db.
@@ -219,14 +279,15 @@ func prepareStmts(ctx context.Context, db *sql.DB) (*stmts, error) {
 		{&st.insertAttempt, insertAttempt}, {&st.updateAttempt, updateAttempt},
 		{&st.insertEvent, insertEvent}, {&st.updateEvent, updateEvent},
 		{&st.insertCheckpoint, insertCheckpoint}, {&st.deleteCheckpoint, deleteCheckpoint},
+		{&st.mergeLog, mergeLog}, {&st.clearLog, clearLog},
 	} {
 		if err := prep(q.p, q.query); err != nil {
 			st.close()
 			return nil, err
 		}
 	}
-	for k := range st.upsertMetrics {
-		if err := prep(&st.upsertMetrics[k], upsertMetricsSQL(1<<k)); err != nil {
+	for k := range st.logMetrics {
+		if err := prep(&st.logMetrics[k], logMetricsSQL(1<<k)); err != nil {
 			st.close()
 			return nil, err
 		}
@@ -337,13 +398,14 @@ func (w *writer) checkpoints(add []virga.Checkpoint, del []store.CheckpointRef) 
 	return nil
 }
 
-// metrics upserts ms with multi-row statements: the largest prepared chunk
-// that fits, then smaller ones (see stmts.upsertMetrics), in order, so that
-// of several metrics with the same (trial, step) the last one stays.
+// metrics appends ms to metric_log with multi-row statements: the largest
+// prepared chunk that fits, then smaller ones (see stmts.logMetrics), in
+// order, so that of several metrics with the same (trial, step) the last one
+// has the highest seq and stays.
 func (w *writer) metrics(ms []virga.Metric) error {
 	args := make([]any, 0, metricCols*min(len(ms), maxMetricRows))
 	for len(ms) > 0 {
-		k := len(w.st.upsertMetrics) - 1
+		k := len(w.st.logMetrics) - 1
 		for 1<<k > len(ms) {
 			k--
 		}
@@ -356,7 +418,7 @@ func (w *writer) metrics(ms []virga.Metric) error {
 				return fmt.Errorf("metric of trial %d step %d: %w", m.TrialID, m.Step, enc.err)
 			}
 		}
-		if _, err := w.exec(w.st.upsertMetrics[k], args...); err != nil {
+		if _, err := w.exec(w.st.logMetrics[k], args...); err != nil {
 			if n == 1 {
 				return wrap(err, "storing metric of trial %d step %d", ms[0].TrialID, ms[0].Step)
 			}

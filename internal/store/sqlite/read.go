@@ -159,11 +159,23 @@ func scanMetric(r scanner) (virga.Metric, error) {
 	return m, nil
 }
 
-// Metrics lists a trial's metrics ordered by step.
+// Metrics lists a trial's metrics ordered by step: those of metrics and
+// those of metric_log not merged yet (see mergeRows), in one statement, so
+// one snapshot. A logged row is newer than the merged row of its step, and
+// of several logged rows of one step the one with the highest seq is the
+// latest (SQLite takes the bare columns of a max() aggregate from the row
+// holding the maximum). Each arm comes ordered by step and the two are
+// merged, so a Limit stops early rather than sorting the trial's metrics.
 func (s *Store) Metrics(ctx context.Context, f store.MetricFilter) ([]virga.Metric, error) {
 	return list(ctx, s, fmt.Sprintf("metrics of trial %d", f.TrialID), scanMetric,
 		`SELECT trial_id, step, attempt_id, values_json, time FROM metrics
-		WHERE trial_id = ? AND step > ? ORDER BY step`+limit(f.Limit), f.TrialID, f.AfterStep)
+		WHERE trial_id = ?1 AND step > ?2
+			AND step NOT IN (SELECT step FROM metric_log WHERE trial_id = ?1 AND step > ?2)
+		UNION ALL
+		SELECT trial_id, step, attempt_id, values_json, time FROM (
+			SELECT trial_id, step, attempt_id, values_json, time, max(seq) FROM metric_log
+			WHERE trial_id = ?1 AND step > ?2 GROUP BY step)
+		ORDER BY step`+limit(f.Limit), f.TrialID, f.AfterStep)
 }
 
 func scanCheckpoint(r scanner) (virga.Checkpoint, error) {

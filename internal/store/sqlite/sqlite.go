@@ -7,6 +7,12 @@
 // Writes go through a single connection (SQLite allows one writer at a time),
 // reads through a separate pool of read-only connections, so readers never
 // wait for a write in progress.
+//
+// Metrics go first to metric_log, a table in arrival order, so that a commit
+// of one report from each of many trials appends to a page or two instead of
+// rewriting one page of metrics per trial; Apply merges the log into metrics
+// every mergeRows rows, in its transaction, as do Open (what a killed process
+// left) and Close. Metrics reads both tables in one statement.
 package sqlite
 
 import (
@@ -45,10 +51,16 @@ const maxReaders = 4
 // Best is stored as NULL and comes back nil; NaN and infinite metric values
 // round-trip; empty byte slices come back nil.
 type Store struct {
-	path      string
-	w         *sql.DB // the single writer connection
-	st        *stmts  // the writer's prepared statements
-	r         *sql.DB // read-only connections
+	path string
+	w    *sql.DB // the single writer connection
+	st   *stmts  // the writer's prepared statements
+	r    *sql.DB // read-only connections
+	// wmu serialises the writer's transactions (the one connection does
+	// too) so that logRows, the rows in metric_log as far as this Store
+	// knows, is counted exactly. It only decides when to merge the log:
+	// reads and merges are correct whatever it says.
+	wmu       sync.Mutex
+	logRows   int
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -140,6 +152,20 @@ func OpenWith(ctx context.Context, path string, o Options) (*Store, error) {
 		s.w.Close()
 		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
 	}
+	// Metrics logged but not merged when the last process stopped without
+	// closing the store (a kill -9, a crash) are merged now.
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM metric_log`).Scan(&s.logRows); err != nil {
+		s.st.close()
+		s.w.Close()
+		return nil, fmt.Errorf("opening sqlite store %s: counting metric_log: %w", abs, err)
+	}
+	if s.logRows > 0 {
+		if err := s.merge(ctx); err != nil {
+			s.st.close()
+			s.w.Close()
+			return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
+		}
+	}
 	s.r, err = sql.Open("sqlite", base+"&_pragma=query_only(1)")
 	if err != nil {
 		s.st.close()
@@ -210,10 +236,14 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	return v, nil
 }
 
-// Close closes the database. It is safe to call more than once.
+// Close merges metric_log into metrics and closes the database. It is safe
+// to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.st != nil {
+			errs = append(errs, s.merge(context.Background()))
+		}
 		if s.r != nil {
 			errs = append(errs, s.r.Close())
 		}

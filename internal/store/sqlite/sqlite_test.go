@@ -269,3 +269,165 @@ func TestOpenWithBadSynchronous(t *testing.T) {
 		t.Fatal("OpenWith(synchronous=off) succeeded, want an error")
 	}
 }
+
+// BenchmarkApplyIngest measures one Apply of 32 metrics of 32 trials, the
+// shape of the ingest benchmark's group commits.
+func BenchmarkApplyIngest(b *testing.B) {
+	s := open(b, filepath.Join(b.TempDir(), "virga.db"))
+	storetest.BenchmarkApplyIngest(b, s)
+}
+
+// BenchmarkApplyIngestSyncNormal is BenchmarkApplyIngest with synchronous=normal.
+func BenchmarkApplyIngestSyncNormal(b *testing.B) {
+	s, err := sqlite.OpenWith(context.Background(), filepath.Join(b.TempDir(), "virga.db"),
+		sqlite.Options{Synchronous: sqlite.SyncNormal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	storetest.BenchmarkApplyIngest(b, s)
+}
+
+// TestMetricLog checks the life of metric_log: Apply appends to it, merges it
+// into metrics once it holds sqlite.MergeRows rows, Open merges what a killed
+// process left, Close merges it; reads see both tables, a logged row
+// replacing the merged row of its step.
+func TestMetricLog(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "virga.db")
+	s := open(t, path)
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	count := func(db *sql.DB, table string) int {
+		t.Helper()
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM ` + table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	e := &virga.Experiment{Name: "log", State: virga.ExperimentActive}
+	if err := s.Apply(ctx, &store.Batch{Experiments: []*virga.Experiment{e}}); err != nil {
+		t.Fatal(err)
+	}
+	trs := []*virga.Trial{{ExperimentID: e.ID, Seq: 1}, {ExperimentID: e.ID, Seq: 2}}
+	if err := s.Apply(ctx, &store.Batch{Trials: trs}); err != nil {
+		t.Fatal(err)
+	}
+	var want []virga.Metric // of trs[0], indexed by step
+	put := func(ms ...virga.Metric) {
+		t.Helper()
+		if err := s.Apply(ctx, &store.Batch{Metrics: ms}); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.TrialID != trs[0].ID {
+				continue
+			}
+			for int64(len(want)) <= m.Step {
+				want = append(want, virga.Metric{})
+			}
+			want[m.Step] = m
+		}
+	}
+	metric := func(tr *virga.Trial, step int64, v float64) virga.Metric {
+		return virga.Metric{TrialID: tr.ID, Step: step, AttemptID: 1, Values: map[string]float64{"v": v}}
+	}
+	check := func(s *sqlite.Store, what string) {
+		t.Helper()
+		got, err := s.Metrics(ctx, store.MetricFilter{TrialID: trs[0].ID, AfterStep: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d metrics, want %d", what, len(got), len(want))
+		}
+		for i := range want {
+			if got[i].Step != want[i].Step || got[i].AttemptID != want[i].AttemptID || got[i].Values["v"] != want[i].Values["v"] {
+				t.Fatalf("%s: metric %d = %+v, want %+v", what, i, got[i], want[i])
+			}
+		}
+	}
+
+	// Below the threshold, metrics wait in the log.
+	for step := range int64(10) {
+		put(metric(trs[0], step, float64(step)), metric(trs[1], step, 0))
+	}
+	if n := count(raw, "metric_log"); n != 20 {
+		t.Fatalf("metric_log holds %d rows, want 20", n)
+	}
+	check(s, "logged")
+	// The Apply that brings the log to MergeRows rows merges it.
+	var b []virga.Metric
+	for step := int64(10); len(b) < sqlite.MergeRows-20; step++ {
+		b = append(b, metric(trs[1], step, 0))
+	}
+	put(b...)
+	if n, m := count(raw, "metric_log"), count(raw, "metrics"); n != 0 || m != sqlite.MergeRows {
+		t.Fatalf("after %d rows: metric_log %d rows, metrics %d; want 0 and %d", sqlite.MergeRows, n, m, sqlite.MergeRows)
+	}
+	check(s, "merged")
+	// Logged reports of merged steps replace them (twice in one batch: the
+	// last wins); new steps interleave.
+	r3 := metric(trs[0], 3, -3)
+	r3.AttemptID = 2
+	put(metric(trs[0], 3, -30), r3, metric(trs[0], 10, 10), metric(trs[0], 0, -1))
+	put(metric(trs[0], 12, 12), metric(trs[0], 11, 11))
+	check(s, "merged and logged")
+	for _, tc := range []struct {
+		after int64
+		limit int
+		want  []int64
+	}{{-1, 1, []int64{0}}, {2, 2, []int64{3, 4}}, {8, 0, []int64{9, 10, 11, 12}}, {9, 2, []int64{10, 11}}} {
+		got, err := s.Metrics(ctx, store.MetricFilter{TrialID: trs[0].ID, AfterStep: tc.after, Limit: tc.limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps []int64
+		for _, m := range got {
+			steps = append(steps, m.Step)
+		}
+		if fmt.Sprint(steps) != fmt.Sprint(tc.want) {
+			t.Errorf("Metrics(after %d, limit %d): steps %v, want %v", tc.after, tc.limit, steps, tc.want)
+		}
+	}
+
+	// A process killed with rows in the log: a copy of the files as they
+	// are now. Opening the copy merges the log.
+	if n := count(raw, "metric_log"); n != 6 {
+		t.Fatalf("metric_log holds %d rows, want 6", n)
+	}
+	crashed := filepath.Join(t.TempDir(), "crashed.db")
+	for _, suffix := range []string{"", "-wal"} {
+		data, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(crashed+suffix, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2 := open(t, crashed)
+	check(s2, "after reopening an unmerged log")
+	raw2, err := sql.Open("sqlite", crashed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw2.Close()
+	if n := count(raw2, "metric_log"); n != 0 {
+		t.Errorf("metric_log of the reopened copy holds %d rows, want 0", n)
+	}
+	s2.Close()
+
+	// Close merges the log.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(raw, "metric_log"); n != 0 {
+		t.Errorf("metric_log holds %d rows after Close, want 0", n)
+	}
+	check(open(t, path), "after Close and reopen")
+}

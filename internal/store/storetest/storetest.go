@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"DuplicateKeys", testDuplicateKeys},
 		{"BatchAtomicity", testBatchAtomicity},
 		{"MetricUpsert", testMetricUpsert},
+		{"MetricUpsertMany", testMetricUpsertMany},
 		{"MetricValues", testMetricValues},
 		{"Checkpoints", testCheckpoints},
 		{"ExperimentList", testExperimentList},
@@ -579,6 +580,70 @@ func testMetricUpsert(t *testing.T, s store.Store) {
 		{store.MetricFilter{TrialID: tid, AfterStep: -1, Limit: 2}, want[:2]},
 		{store.MetricFilter{TrialID: tid, AfterStep: 1, Limit: 2}, want[2:4]},
 		{store.MetricFilter{TrialID: tid, AfterStep: 4}, nil},
+	} {
+		got, err := s.Metrics(ctx, tc.f)
+		if err != nil {
+			t.Fatalf("Metrics(%+v): %v", tc.f, err)
+		}
+		diff(t, fmt.Sprintf("Metrics(%+v)", tc.f), tc.want, got)
+	}
+}
+
+// testMetricUpsertMany stores many metrics of several trials in many small
+// batches, as reports arrive, then reports again steps stored long before
+// and just before, and checks every window of reads: enough rows that a
+// store which keeps recent metrics apart from older ones (SQLite's
+// metric_log) has moved some but not all of them, so reads and replacements
+// straddle that boundary.
+func testMetricUpsertMany(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	_, ts := seed(t, s, 4)
+	const steps = 2512 // per trial, a multiple of 16: 10,048 metrics in all
+	want := make(map[int64][]virga.Metric)
+	metric := func(tid, step int64, v float64) virga.Metric {
+		return virga.Metric{TrialID: tid, AttemptID: 1, Step: step, Values: map[string]float64{"loss": v},
+			Time: at(time.Duration(step) * time.Millisecond)}
+	}
+	// One metric per trial per batch, steps in order, 16 steps a batch.
+	for step := int64(0); step < steps; step += 16 {
+		var b store.Batch
+		for i := range int64(16) {
+			for _, tr := range ts {
+				m := metric(tr.ID, step+i, float64(step+i))
+				b.Metrics = append(b.Metrics, m)
+				want[tr.ID] = append(want[tr.ID], m)
+			}
+		}
+		apply(t, s, &b)
+	}
+	// Replace steps of the first trial: the oldest, some in the middle, the
+	// newest; one of them twice in a batch (the last wins), and one again
+	// in a later batch.
+	tid := ts[0].ID
+	for i, steps := range [][]int64{{0, 1, 1000, steps - 1}, {1, 2, steps - 2, 0}, {1}} {
+		var b store.Batch
+		for _, step := range steps {
+			m := metric(tid, step, -float64(100*i)-float64(step))
+			m.AttemptID = int64(2 + i)
+			b.Metrics = append(b.Metrics, m)
+			want[tid][step] = m
+		}
+		apply(t, s, &b)
+	}
+	for _, tr := range ts {
+		diff(t, fmt.Sprintf("metrics of trial %d", tr.ID), want[tr.ID], metricsOf(t, s, tr.ID))
+	}
+	w := want[tid]
+	for _, tc := range []struct {
+		f    store.MetricFilter
+		want []virga.Metric
+	}{
+		{store.MetricFilter{TrialID: tid, AfterStep: -1, Limit: 3}, w[:3]},
+		{store.MetricFilter{TrialID: tid, AfterStep: 0, Limit: 2}, w[1:3]},
+		{store.MetricFilter{TrialID: tid, AfterStep: 998, Limit: 3}, w[999:1002]},
+		{store.MetricFilter{TrialID: tid, AfterStep: steps - 4}, w[steps-3:]},
+		{store.MetricFilter{TrialID: tid, AfterStep: 1500, Limit: 2000}, w[1501:]},
+		{store.MetricFilter{TrialID: tid, AfterStep: steps - 1}, nil},
 	} {
 		got, err := s.Metrics(ctx, tc.f)
 		if err != nil {

@@ -1,0 +1,4 @@
+package sqlite
+
+// MergeRows is mergeRows, for the tests.
+const MergeRows = mergeRows
