@@ -157,6 +157,9 @@ func (b *Backend) declareOver(a *attempt, lock *os.File) {
 		msg := "no shim runs the attempt and it recorded no exit status (the shim never started, or died)"
 		if _, serr := os.Stat(filepath.Join(a.dir, ShimFile)); serr != nil {
 			msg = "the attempt's shim never started the trial"
+		} else {
+			// The shim died; Pdeathsig took the trial's own process only.
+			msg += killLeftovers(a.dir)
 		}
 		ev = lostEvent(a.id, now, msg)
 		if werr := writeJSONAtomic(filepath.Join(a.dir, ExitFile), exitRecord{Lost: true, Message: msg, EndedAt: now}, true); werr != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
@@ -104,6 +105,39 @@ func runShimOn(t *testing.T, dir string, argv ...string) int {
 		t.Fatal(err)
 	}
 	return cmd.ProcessState.ExitCode()
+}
+
+// A server adopting an attempt whose shim died (lock free, no exit.json)
+// kills what is left of the trial's process group.
+func TestAdoptDeadShimKillsTrialGroup(t *testing.T) {
+	t.Parallel()
+	// A shim no backend watches (its server is gone), killed outright.
+	s := shSpec(t, 4, `sleep 100 & echo $! > child; echo ready; wait`)
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shim := exec.Command(os.Args[0], append([]string{"--dir", s.Dir, "--workdir", s.Workdir, "--"}, s.Argv...)...)
+	if err := shim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, s.Dir, "ready")
+	child := readPIDFile(t, filepath.Join(s.Workdir, "child"))
+	t.Cleanup(func() { unix.Kill(child, unix.SIGKILL) })
+	if err := shim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	shim.Wait()
+	if processGone(child) {
+		t.Fatal("the grandchild died with the shim; the test proves nothing")
+	}
+	b := newBackend(t, Config{})
+	if err := b.Adopt(context.Background(), &virga.Attempt{ID: 4, Dir: s.Dir}, virga.Resources{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := expect(t, b, 4, backend.Exited); !ev.Lost {
+		t.Fatalf("Exited = %+v, want Lost", ev)
+	}
+	waitFor(t, "the grandchild to die", func() bool { return processGone(child) })
 }
 
 func TestAdoptNeverStarted(t *testing.T) {

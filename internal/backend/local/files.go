@@ -30,8 +30,13 @@ const (
 // shimRecord is the content of ShimFile.
 type shimRecord struct {
 	ShimPID   int       `json:"shim_pid"`
-	TrialPID  int       `json:"trial_pid"`
+	TrialPID  int       `json:"trial_pid"` // also the trial's process group id
 	StartedAt time.Time `json:"started_at"`
+	// TrialStart is the trial process's start time (/proc/PID/stat field
+	// 22, clock ticks after boot) and TrialSession its session: together
+	// they tell the trial's process group from a later one reusing its id.
+	TrialStart   uint64 `json:"trial_start,omitempty"`
+	TrialSession int    `json:"trial_session,omitempty"`
 }
 
 // exitRecord is the content of ExitFile. Exactly one of ExitCode, Signal and
@@ -162,6 +167,46 @@ func exitEvent(id int64, r *exitRecord, now time.Time) backend.Event {
 		}
 	}
 	return ev
+}
+
+// killLeftovers SIGKILLs what remains of the process group of the trial
+// recorded in dir's shim.json, for a shim that died without recording the
+// trial's end: Pdeathsig killed the trial's own process, but not the rest
+// of its group. It kills nothing it cannot tell is the trial's:
+//   - if /proc/PGID (the trial's own process, live or a zombie) exists, only
+//     if its start time is the recorded one (else the pid was reused, which
+//     means the trial's group is gone);
+//   - if it is gone (reaped), the group can live on without its leader: only
+//     if some live member of the group is in the trial's session and started
+//     no earlier than the trial (members of a later group reusing the id
+//     would have to be in a reused session too).
+//
+// It returns what it did, for the Exited message ("" if nothing).
+func killLeftovers(dir string) string {
+	rec, err := readShimRecord(dir)
+	if err != nil || rec.TrialStart == 0 {
+		return ""
+	}
+	pg := rec.TrialPID
+	if st, err := readProcStat(pg); err == nil {
+		if st.start != rec.TrialStart {
+			return ""
+		}
+	} else {
+		ours := false
+		_ = eachProc(func(p procStat) {
+			if p.pgrp == pg && p.session == rec.TrialSession && p.start >= rec.TrialStart && p.state != 'Z' && p.state != 'X' {
+				ours = true
+			}
+		})
+		if !ours {
+			return ""
+		}
+	}
+	if err := unix.Kill(-pg, unix.SIGKILL); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("; killed what remained of the trial's process group %d", pg)
 }
 
 // lostEvent is the Exited event of an attempt without an exit status.

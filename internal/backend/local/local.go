@@ -315,7 +315,15 @@ func (b *Backend) watchChild(a *attempt, cmd *exec.Cmd, pidR *os.File) {
 		b.started(a, pid, b.now())
 	}
 	_ = cmd.Wait() // the status is in ProcessState
-	b.finish(a, b.shimExitEvent(a, cmd.ProcessState))
+	ev := b.shimExitEvent(a, cmd.ProcessState)
+	if _, err := os.Stat(filepath.Join(a.dir, ExitFile)); errors.Is(err, fs.ErrNotExist) {
+		// Our shim died without recording the end (or refused: then shim.json
+		// names another shim, and we leave its trial alone).
+		if rec, err := readShimRecord(a.dir); err == nil && rec.ShimPID == cmd.Process.Pid {
+			ev.Message += killLeftovers(a.dir)
+		}
+	}
+	b.finish(a, ev)
 }
 
 // shimExitEvent is the Exited event of an attempt whose shim ended with st.

@@ -476,6 +476,38 @@ func TestShimSurvivesSignalsAndItsDeathKillsTrial(t *testing.T) {
 	waitFor(t, "the trial to die with its shim", func() bool { return processGone(started.PID) })
 }
 
+// A shim killed outright leaves no exit.json; the backend kills what is left
+// of the trial's process group (Pdeathsig only took the trial's own process).
+func TestShimDeathKillsTrialGroup(t *testing.T) {
+	t.Parallel()
+	for _, mode := range shimModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t, Config{WarmShims: mode.warm})
+			s := shSpec(t, 1, `sleep 100 & echo $! > child; echo ready; wait`)
+			start(t, b, s)
+			waitOutput(t, s.Dir, "ready")
+			child := readPIDFile(t, filepath.Join(s.Workdir, "child"))
+			t.Cleanup(func() { unix.Kill(child, unix.SIGKILL) })
+			rec, err := readShimRecord(s.Dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.TrialStart == 0 || rec.TrialSession == 0 {
+				t.Errorf("shim.json = %+v, want the trial's start time and session", rec)
+			}
+			if err := unix.Kill(rec.ShimPID, unix.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			ev := expect(t, b, s.AttemptID, backend.Exited)
+			if !ev.Lost {
+				t.Fatalf("Exited = %+v, want Lost", ev)
+			}
+			waitFor(t, "the grandchild to die", func() bool { return processGone(child) })
+		})
+	}
+}
+
 func TestCloseClosesEvents(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t, Config{})

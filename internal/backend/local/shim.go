@@ -304,7 +304,13 @@ func runShim(o *shimOptions) int {
 		pidOut.Close()
 		pidOut = nil
 	}
-	if err := writeJSONAtomic(filepath.Join(o.dir, ShimFile), shimRecord{ShimPID: os.Getpid(), TrialPID: pid, StartedAt: startedAt}, false); err != nil {
+	srec := shimRecord{ShimPID: os.Getpid(), TrialPID: pid, StartedAt: startedAt}
+	if st, err := readProcStat(pid); err == nil { // not reaped yet: it exists
+		srec.TrialStart, srec.TrialSession = st.start, st.session
+	} else {
+		log.printf("warning: %v (the trial's processes cannot be killed if this shim dies)", err)
+	}
+	if err := writeJSONAtomic(filepath.Join(o.dir, ShimFile), srec, false); err != nil {
 		log.printf("%v", err)
 	}
 
