@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
-
 	"github.com/virga-ml/virga/internal/control"
 )
 
@@ -24,6 +25,11 @@ func newControlCmd(g *globals, op string) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withID("experiment", func(ctx context.Context, c *client.Client, id int64) error {
 			e, err := c.Control(ctx, id, control.Op(op))
+			if errors.Is(err, virga.ErrConflict) {
+				if v, verr := c.Experiment(ctx, id); verr == nil && v.State.Terminal() {
+					return fmt.Errorf("experiment %d has already ended (%s); nothing to %s", id, v.State, op)
+				}
+			}
 			if err != nil {
 				return err
 			}

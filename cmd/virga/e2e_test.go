@@ -202,9 +202,9 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startServer(t *testing.T, dataDir string, port int, db string) *serverProc {
+func startServer(t *testing.T, dataDir string, port int, db string, extra ...string) *serverProc {
 	t.Helper()
-	args := []string{"server", "--data-dir", dataDir}
+	args := append([]string{"server", "--data-dir", dataDir}, extra...)
 	if port != 0 {
 		args = append(args, "--listen", "127.0.0.1:"+strconv.Itoa(port))
 	}
@@ -670,5 +670,53 @@ func TestInterruptLeavesRunning(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "violations")); err == nil {
 		t.Errorf("two processes of one trial lived at once:\n%s", b)
+	}
+}
+
+// TestCLIAnswers: the CLI's answers to common mistakes, and its read-only
+// mode (no server running) that serves the data directory in-process.
+func TestCLIAnswers(t *testing.T) {
+	dir := t.TempDir()
+	if _, stderr, code := runCLI(t, dir, "ls", "--server", "localhost:7070"); code != 2 || !strings.Contains(stderr, "want a URL like http://HOST:PORT") {
+		t.Errorf("ls --server localhost:7070: exit %d %q; want 2 asking for a URL", code, stderr)
+	}
+	port := freePort(t)
+	if _, stderr, code := runCLI(t, dir, "ls", "--server", fmt.Sprintf("http://127.0.0.1:%d", port)); code != 1 || !strings.Contains(stderr, "is `virga server` running? (VIRGA_SERVER / --server)") {
+		t.Errorf("ls against nothing: exit %d %q; want 1 asking whether a server runs", code, stderr)
+	}
+
+	// --cpu alone: the memory is this machine's.
+	data := filepath.Join(dir, ".virga")
+	s := startServer(t, data, port, "", "--cpu", "2")
+	exp := stepExperiment(t, dir, "answers", 1, 1, 2, 1, "  report: stdout\n")
+	if out, stderr, code := runCLI(t, dir, "run", exp, "--server", s.url); code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, stderr, code := runCLI(t, dir, "stop", "1"); code != 1 || !strings.Contains(stderr, "experiment 1 has already ended (COMPLETED); nothing to stop") {
+		t.Errorf("stop of a completed experiment: exit %d %q", code, stderr)
+	}
+	s.stop()
+
+	// No server: reads are served in-process; following needs a server.
+	if out, stderr, code := runCLI(t, dir, "logs", "1"); code != 0 || !strings.Contains(out, "VIRGA_METRIC") {
+		t.Errorf("logs without a server: exit %d %q %q; want the trial's output", code, out, stderr)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, stderr, code := runCLI(t, dir, "logs", "1", "-f"); code != 1 || !strings.Contains(stderr, "following needs a running server") {
+			t.Errorf("logs -f without a server: exit %d %q; want 1 saying a server is needed", code, stderr)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("logs -f without a server hangs")
+	}
+	if out, stderr, code := runCLI(t, dir, "ls", "--json"); code != 0 || !strings.Contains(out, `"COMPLETED"`) {
+		t.Errorf("ls without a server: exit %d %q %q", code, out, stderr)
+	}
+	if _, stderr, code := runCLI(t, dir, "ls", "--state", "bogus"); code != 1 || !strings.Contains(stderr, "ACTIVE, PAUSED") {
+		t.Errorf("ls --state bogus: exit %d %q; want 1 listing the states", code, stderr)
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga/internal/api/client"
@@ -20,6 +22,9 @@ func newLogsCmd(g *globals) *cobra.Command {
 					return err
 				}
 				return g.printJSON(v)
+			}
+			if follow && g.readOnly {
+				return errors.New("following needs a running server (no Virga server runs on this data directory): start `virga server`, pass --server URL, or drop -f to print the output so far")
 			}
 			return c.Logs(ctx, id, follow, g.stdout)
 		}),

@@ -10,12 +10,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -49,9 +53,12 @@ type globals struct {
 	token   string
 	dataDir string
 	json    bool
-	stdout  io.Writer
-	stderr  io.Writer
-	stdin   io.Reader
+	// readOnly is set by client when it serves the data directory's store
+	// in-process, with no server running.
+	readOnly bool
+	stdout   io.Writer
+	stderr   io.Writer
+	stdin    io.Reader
 }
 
 func main() {
@@ -77,7 +84,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	fmt.Fprintln(stderr, "virga:", err)
+	msg := err.Error()
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		msg += "\n  is `virga server` running? (VIRGA_SERVER / --server)"
+	}
+	fmt.Fprintln(stderr, "virga:", msg)
 	var ue usageError
 	var se *spec.Error
 	if errors.As(err, &ue) || errors.As(err, &se) {
@@ -127,6 +138,9 @@ func envOr(name, def string) string {
 // (writes then fail with a message saying to start a server).
 func (g *globals) client(ctx context.Context) (*client.Client, func(), error) {
 	if g.server != "" {
+		if err := checkServerURL(g.server); err != nil {
+			return nil, nil, err
+		}
 		return client.New(g.server, g.token), func() {}, nil
 	}
 	if info, ok := server.Running(g.dataDir); ok {
@@ -140,10 +154,22 @@ func (g *globals) client(ctx context.Context) (*client.Client, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h := api.New(api.Config{Store: st, Version: version})
-	// Serve in-process without a socket: the client's transport calls the handler.
-	c := client.NewWithHTTP("http://localhost", "", &http.Client{Transport: handlerTransport{h}})
-	return c, func() { _ = st.Close() }, nil
+	// Serve in-process without a socket: an HTTP server on in-memory pipes.
+	ln := newMemListener()
+	srv := &http.Server{Handler: api.New(api.Config{Store: st, Version: version}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	c := client.NewWithHTTP("http://localhost", "", &http.Client{Transport: &http.Transport{DialContext: ln.dial}})
+	g.readOnly = true
+	return c, func() { _ = srv.Close(); _ = st.Close() }, nil
+}
+
+// checkServerURL refuses a --server value that is not an http(s) URL.
+func checkServerURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageError{fmt.Errorf("--server %q: want a URL like http://HOST:PORT", s)}
+	}
+	return nil
 }
 
 // withID makes a command body that parses its ID argument (of kind) and calls
@@ -174,14 +200,54 @@ func (g *globals) tokenFor(dataDir string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// handlerTransport serves requests with an in-process handler.
-type handlerTransport struct{ h http.Handler }
-
-func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
-	t.h.ServeHTTP(rec, r)
-	return rec.Result(), nil
+// memListener is a net.Listener whose connections are in-memory pipes, made
+// by its dial: an HTTP server in this process without a socket.
+type memListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
 }
+
+func newMemListener() *memListener {
+	return &memListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *memListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *memListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *memListener) Addr() net.Addr { return memAddr{} }
+
+func (l *memListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+	case <-ctx.Done():
+	}
+	client.Close()
+	server.Close()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, net.ErrClosed
+}
+
+type memAddr struct{}
+
+func (memAddr) Network() string { return "memory" }
+func (memAddr) String() string  { return "in-process" }
 
 func (g *globals) printJSON(v any) error {
 	enc := json.NewEncoder(g.stdout)

@@ -61,6 +61,9 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool) er
 	var embedded *server.Server
 	switch {
 	case g.server != "":
+		if err := checkServerURL(g.server); err != nil {
+			return err
+		}
 		c = client.New(g.server, g.token)
 	default:
 		if info, ok := server.Running(g.dataDir); ok {
@@ -103,7 +106,7 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool) er
 	}
 	final, err := follow(ctx, g, c, exp.ID)
 	if errors.Is(err, context.Canceled) {
-		return interrupted(g, c, exp.ID, embedded != nil)
+		return interrupted(g, c, exp.ID, embedded != nil, stopSignals)
 	}
 	if err != nil {
 		return err
@@ -114,30 +117,26 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool) er
 	return nil
 }
 
-// interrupted handles Ctrl-C: ask (on a terminal) whether to stop the experiment.
-func interrupted(g *globals, c *client.Client, id int64, embedded bool) error {
+// interrupted handles Ctrl-C: ask (on a terminal) whether to stop the
+// experiment. stopSignals restores the default action of Ctrl-C first, so a
+// second one exits at once.
+func interrupted(g *globals, c *client.Client, id int64, embedded bool, stopSignals func()) error {
+	stopSignals()
 	stop := false
 	if f, ok := g.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		fmt.Fprintf(g.stderr, "\nStop experiment %d [s], or leave it running [l]? ", id)
 		line, _ := bufio.NewReader(f).ReadString('\n')
 		stop = strings.HasPrefix(strings.ToLower(strings.TrimSpace(line)), "s")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if stop {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		if _, err := c.Control(ctx, id, control.OpStop); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "experiment %d is stopping (its trials get SIGTERM and their checkpoints are kept)\n", id)
 		if embedded {
-			// Wait for the trials to exit so nothing outlives the embedded server.
-			for ctx.Err() == nil {
-				v, err := c.Experiment(ctx, id)
-				if err != nil || v.State.Terminal() {
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+			waitStopped(g, c, id)
 		}
 		return exitError{130}
 	}
@@ -147,6 +146,49 @@ func interrupted(g *globals, c *client.Client, id int64, embedded bool) error {
 		fmt.Fprintf(g.stderr, "\nexperiment %d goes on in the server; follow it with `virga show %d`\n", id, id)
 	}
 	return exitError{130}
+}
+
+// waitStopped waits for a stopping experiment's trials to exit, so that
+// nothing outlives the embedded server: up to its stop_grace (after which
+// they get SIGKILL) and a few seconds more. It names the trials still running
+// if the wait ends first.
+func waitStopped(g *globals, c *client.Client, id int64) {
+	grace := spec.DefaultStopGrace.D()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if v, err := c.Experiment(ctx, id); err == nil {
+		if sp, err := spec.Parse(v.SpecFile, []byte(v.SpecText)); err == nil {
+			grace = sp.StopGrace.D()
+		}
+	}
+	cancel()
+	ctx, cancel = context.WithTimeout(context.Background(), grace+5*time.Second)
+	defer cancel()
+	for {
+		v, err := c.Experiment(ctx, id)
+		if err == nil && v.State.Terminal() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			running := []string{}
+			lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			trials, err := c.Trials(lctx, id)
+			lcancel()
+			if err == nil {
+				for _, t := range trials {
+					if t.State == virga.TrialRunning {
+						running = append(running, fmt.Sprint(t.ID))
+					}
+				}
+			}
+			if len(running) > 0 {
+				fmt.Fprintf(g.stderr, "experiment %d has not stopped after %s: trials %s still running; the next `virga server` or `virga run` on %s adopts them\n",
+					id, fmtDuration(grace+5*time.Second), strings.Join(running, ", "), g.dataDir)
+			}
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // progress is the live table's state.

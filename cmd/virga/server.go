@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -38,8 +42,21 @@ token is created on first start in DATA-DIR/admin-token.`,
 				}
 				capacity.MemoryMB = mb
 			}
-			if capacity != (virga.Resources{}) && (capacity.CPU <= 0 || capacity.MemoryMB <= 0) {
-				return usageError{fmt.Errorf("--cpu and --memory must both be set (> 0) to declare a capacity")}
+			if cpu < 0 || gpu < 0 || (memory != "" && capacity.MemoryMB <= 0) {
+				return usageError{fmt.Errorf("--cpu, --memory and --gpu must not be negative")}
+			}
+			if capacity != (virga.Resources{}) {
+				// What is not declared is this machine's.
+				if capacity.CPU == 0 {
+					capacity.CPU = float64(runtime.NumCPU())
+				}
+				if capacity.MemoryMB == 0 {
+					mb, err := machineMemoryMB()
+					if err != nil {
+						return fmt.Errorf("--memory not given and %w", err)
+					}
+					capacity.MemoryMB = mb
+				}
 			}
 			log := newLogger(g.stderr, false)
 			s, err := server.Start(cmd.Context(), server.Config{Listen: listen, DataDir: g.dataDir, DB: db,
@@ -68,4 +85,24 @@ token is created on first start in DATA-DIR/admin-token.`,
 	f.StringVar(&memory, "memory", "", "memory trials may use, e.g. 16GiB (default: this machine's)")
 	f.IntVar(&gpu, "gpu", 0, "GPUs trials may use")
 	return cmd
+}
+
+// machineMemoryMB reads this machine's MemTotal from /proc/meminfo, in MiB.
+func machineMemoryMB() (int64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("this machine's memory is unknown: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest) // "16318412 kB"
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil && kb > 0 {
+					return kb / 1024, nil
+				}
+			}
+			return 0, fmt.Errorf("this machine's memory is unknown: /proc/meminfo: unexpected line %q", line)
+		}
+	}
+	return 0, errors.New("this machine's memory is unknown: /proc/meminfo has no MemTotal")
 }
