@@ -130,6 +130,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if dbURL == "" {
 		dbURL = filepath.Join(dir, "virga.db")
 	}
+	if err := sqliteParent(dbURL, dir); err != nil {
+		return nil, err
+	}
 	if s.st, err = storeopen.Open(ctx, dbURL); err != nil {
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
@@ -153,23 +156,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	// 3. Listen (the report URL must be known before trials start).
+	var ln net.Listener
 	listen := cfg.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
 		if b, err := os.ReadFile(filepath.Join(dir, "server.json")); err == nil {
 			var info Info
 			if json.Unmarshal(b, &info) == nil && strings.HasPrefix(info.URL, "http://127.0.0.1:") {
-				prev := strings.TrimPrefix(info.URL, "http://")
-				if l, err := net.Listen("tcp", prev); err == nil {
-					_ = l.Close()
-					listen = prev // keep the address trials already know
-				}
+				// Keep the address trials already know, if it is free.
+				ln, _ = net.Listen("tcp", strings.TrimPrefix(info.URL, "http://"))
 			}
 		}
 	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", listen, err)
+	if ln == nil {
+		if ln, err = net.Listen("tcp", listen); err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", listen, err)
+		}
 	}
 	addr := ln.Addr().(*net.TCPAddr)
 	host := addr.IP.String()
@@ -206,6 +208,31 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// sqliteParent refuses an SQLite store whose directory does not exist, rather
+// than create an empty database somewhere unexpected; a directory inside the
+// data directory is created.
+func sqliteParent(dbURL, dataDir string) error {
+	kind, target, err := storeopen.Parse(dbURL)
+	if err != nil || kind != "sqlite" {
+		return nil // storeopen.Open says what is wrong
+	}
+	abs, err := filepath.Abs(target)
+	if err != nil {
+		return err
+	}
+	parent := filepath.Dir(abs)
+	if rel, err := filepath.Rel(dataDir, parent); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return fmt.Errorf("store %s: %w", target, err)
+		}
+		return nil
+	}
+	if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+		return fmt.Errorf("store %s: the directory %s does not exist (create it, or give a path in an existing directory)", target, parent)
+	}
+	return nil
 }
 
 // Controller returns the server's control loop (for embedding and tests).

@@ -144,3 +144,32 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestDBDirectoryMustExist: an SQLite --db whose directory does not exist is
+// an error naming it, not a new empty database; inside the data directory
+// the directory is made.
+func TestDBDirectoryMustExist(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	for _, db := range []string{filepath.Join(elsewhere, "typo", "virga.db"), "sqlite://" + filepath.Join(elsewhere, "typo", "virga.db")} {
+		_, err := Start(context.Background(), Config{DataDir: dir, DB: db})
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(elsewhere, "typo")) {
+			t.Errorf("DB %s: %v, want an error naming the missing directory", db, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "typo")); !os.IsNotExist(err) {
+		t.Errorf("the missing directory was created: %v", err)
+	}
+	s, err := Start(context.Background(), Config{DataDir: dir, DB: filepath.Join(dir, "db", "virga.db"),
+		Capacity: virga.Resources{CPU: 1, MemoryMB: 512}, ShimCommand: []string{"env", shimEnv + "=1", "GORACE=atexit_sleep_ms=0", os.Args[0]}})
+	if err != nil {
+		t.Fatalf("DB in a new directory inside the data directory: %v", err)
+	}
+	url := s.URL
+	s.Close()
+	// A restart takes the same address (the one listener it opened).
+	s = start(t, dir, "")
+	defer s.Close()
+	if s.URL != url {
+		t.Errorf("restarted on %s, want %s", s.URL, url)
+	}
+}
