@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"mime"
 	"net"
 	"net/http"
@@ -36,7 +35,6 @@ type Config struct {
 	Store   store.Store
 	// RequireAuth demands a token on every request (set when listening off loopback).
 	RequireAuth bool
-	Logger      *slog.Logger
 	// Version is reported by /api/v1/health.
 	Version string
 	// PollInterval is how often followed logs are checked for growth (default 200ms).
@@ -48,20 +46,16 @@ type Server struct {
 	cfg    Config
 	ctl    *control.Controller
 	st     store.Store
-	log    *slog.Logger
 	mux    *http.ServeMux
-	tokens sync.Map // hex hash -> true, for admin tokens already checked
+	tokens sync.Map // SHA-256 (raw) -> true, for admin tokens already checked
 }
 
 // New makes the API server.
 func New(cfg Config) *Server {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 200 * time.Millisecond
 	}
-	s := &Server{cfg: cfg, ctl: cfg.Control, st: cfg.Store, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, ctl: cfg.Control, st: cfg.Store, mux: http.NewServeMux()}
 	s.routes()
 	return s
 }

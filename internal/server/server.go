@@ -185,7 +185,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		_ = ln.Close()
 		return nil, err
 	}
-	apiSrv := api.New(api.Config{Control: s.ctl, Store: s.st, RequireAuth: !addr.IP.IsLoopback(), Logger: cfg.Logger, Version: cfg.Version})
+	apiSrv := api.New(api.Config{Control: s.ctl, Store: s.st, RequireAuth: !addr.IP.IsLoopback(), Version: cfg.Version})
 	s.httpSrv = &http.Server{Handler: apiSrv, ReadHeaderTimeout: 10 * time.Second}
 	// 4. Recover and run the control loop, then serve.
 	runCtx, cancel := context.WithCancel(context.Background())
