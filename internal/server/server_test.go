@@ -80,6 +80,8 @@ func TestAdminTokenAndLock(t *testing.T) {
 // TestRestartAdoptsRunningTrial closes the server while a real trial runs;
 // the next server on the directory adopts it (same attempt, same report URL)
 // and the trial's later report and exit are recorded.
+// The trial waits for a marker file, at most 30 s, so that a failing test
+// leaves no process behind.
 func TestRestartAdoptsRunningTrial(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(t.TempDir(), "go")
@@ -87,7 +89,7 @@ func TestRestartAdoptsRunningTrial(t *testing.T) {
 	ctx := context.Background()
 	c := client.New(s.URL, s.Token)
 	y := `name: adopt
-entrypoint: [sh, -c, 'echo started; while [ ! -e ` + marker + ` ]; do sleep 0.05; done; echo "VIRGA_METRIC {\"step\":1,\"metrics\":{\"loss\":0.5}}"']
+entrypoint: [sh, -c, 'echo started; i=0; while [ ! -e ` + marker + ` ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo "VIRGA_METRIC {\"step\":1,\"metrics\":{\"loss\":0.5}}"']
 hyperparameters:
   x: {type: float, min: 0, max: 1}
 searcher: random
