@@ -144,7 +144,7 @@ func OpenWith(ctx context.Context, path string, o Options) (*Store, error) {
 	s.w.SetMaxIdleConns(1)
 	s.w.SetConnMaxLifetime(0)
 	s.w.SetConnMaxIdleTime(0)
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrateRetrying(ctx); err != nil {
 		s.w.Close()
 		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)
 	}
@@ -187,6 +187,27 @@ func (s *Store) Path() string { return s.path }
 // migrate applies the migrations newer than the database's schema version,
 // all in one write transaction: a second process opening the same file at the
 // same time waits for the lock and then finds nothing left to do.
+// migrateRetrying runs migrate, trying again while another process opening the
+// same new file holds it busy: SQLite answers SQLITE_BUSY at once, without
+// the busy timeout, while a connection switches a fresh file to WAL.
+func (s *Store) migrateRetrying(ctx context.Context) error {
+	wait := 5 * time.Millisecond
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := s.migrate(ctx)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
 func (s *Store) migrate(ctx context.Context) error {
 	ms, err := migrations.List(migrations.SQLite)
 	if err != nil {
