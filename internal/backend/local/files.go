@@ -25,6 +25,10 @@ const (
 	ShimFile = "shim.json"
 	// ExitFile records how the trial ended; written atomically, once.
 	ExitFile = "exit.json"
+	// StopFile is written by the backend when it starts stopping the trial:
+	// the time (Unix nanoseconds) of its SIGKILL, until when the shim lets the
+	// trial's group drain.
+	StopFile = "stop"
 )
 
 // shimRecord is the content of ShimFile.

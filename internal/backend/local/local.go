@@ -425,6 +425,11 @@ func (b *Backend) stopLocked(a *attempt, grace time.Duration) error {
 	}
 	if !a.termSent {
 		a.termSent = true
+		// Tell the shim how long the group may take to end, in case the
+		// trial's own process (a wrapper) exits before the rest of it.
+		stop := []byte(strconv.FormatInt(killAt.UnixNano(), 10) + "\n")
+		// Best effort: without it a wrapped trainer gets the shim's drain time.
+		_ = os.WriteFile(filepath.Join(a.dir, StopFile), stop, 0o644)
 		if err := signalGroup(a.pid, unix.SIGTERM); err != nil {
 			return err
 		}

@@ -198,6 +198,23 @@ func TestStopWrappedTrialCheckpoints(t *testing.T) {
 	}
 }
 
+// While the backend stops a trial, the rest of the group gets the whole stop
+// grace, however short the shim's drain after a normal exit.
+func TestStopGraceOutlastsDrain(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{ShimDrain: 200 * time.Millisecond})
+	s := shSpec(t, 1, `sh -c 'trap "sleep 1; echo saved > ckpt; exit 0" TERM; echo ready; while :; do sleep 0.05; done' & wait`)
+	start(t, b, s)
+	waitOutput(t, s.Dir, "ready")
+	if err := b.Stop(s.AttemptID, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if _, err := os.Stat(filepath.Join(s.Workdir, "ckpt")); err != nil {
+		t.Fatalf("the trainer was killed at the 200ms drain, before its checkpoint (Exited %+v): %v", ev, err)
+	}
+}
+
 // The drain is bounded by the Stop's grace: what still runs then is killed.
 func TestStopGraceBoundsDrain(t *testing.T) {
 	t.Parallel()

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -352,7 +353,7 @@ func runShim(o *shimOptions) int {
 	<-reaperDone
 	// 6. The rest of the group may still be at work (the trial's process
 	// was a wrapper); a Stop's SIGKILL still reaches it through the group.
-	if !drainGroup(pid, o.drain) {
+	if !drainGroup(pid, o.drain, filepath.Join(o.dir, StopFile)) {
 		log.printf("the trial's process ended; killing what remains of its process group after %s", o.drain)
 	}
 	_ = unix.Kill(-pid, unix.SIGKILL) // also when drained: a leader thread gone Z hides live threads
@@ -413,13 +414,19 @@ func scanChildren(trial int) (groupLive bool) {
 
 // drainGroup waits up to d for trial's process group to hold no live
 // process but trial (ended, not yet reaped), reaping orphans meanwhile; false
-// means some still ran at the deadline.
-func drainGroup(trial int, d time.Duration) bool {
+// means some still ran at the deadline. While the backend is stopping the
+// trial (it wrote stopFile with the time of its SIGKILL), the rest of the
+// group gets until then instead: a trainer under a wrapper keeps its whole
+// stop grace to checkpoint.
+func drainGroup(trial int, d time.Duration, stopFile string) bool {
 	deadline := time.Now().Add(d)
 	wait := 2 * time.Millisecond
 	for {
 		if !scanChildren(trial) {
 			return true
+		}
+		if killAt, ok := readStopFile(stopFile); ok && killAt.After(deadline) {
+			deadline = killAt.Add(time.Second)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -428,6 +435,20 @@ func drainGroup(trial int, d time.Duration) bool {
 		time.Sleep(min(wait, left))
 		wait = min(2*wait, 50*time.Millisecond)
 	}
+}
+
+// readStopFile reads the kill time the backend wrote when it began to stop
+// the attempt.
+func readStopFile(path string) (time.Time, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, false
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
 }
 
 // readSpec reads a warm shim's attempt from r: io.EOF if r ends first.
