@@ -8,6 +8,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
+	"github.com/virga-ml/virga/internal/store/column"
 )
 
 // Apply commits b in one transaction (see store.Batch). On failure nothing
@@ -121,21 +122,21 @@ const (
 // An update leaves the columns fixed at insertion alone (see store.Batch).
 
 func (q *queue) experiment(e *virga.Experiment) error {
-	var enc encoder
+	var enc column.Encoder
 	if e.ID == 0 {
 		args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
-			enc.time("created_at", e.CreatedAt), enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt)}
-		if enc.err != nil {
-			return fmt.Errorf("experiment %q: %w", e.Name, enc.err)
+			enc.Time("created_at", e.CreatedAt), enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt)}
+		if enc.Err != nil {
+			return fmt.Errorf("experiment %q: %w", e.Name, enc.Err)
 		}
 		q.insert("experiment", &e.ID, `INSERT INTO experiments (`+experimentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
 			args...)
 		return nil
 	}
 	args := []any{string(e.State), e.SearcherState, e.Message,
-		enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt), e.ID}
-	if enc.err != nil {
-		return fmt.Errorf("experiment %q: %w", e.Name, enc.err)
+		enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt), e.ID}
+	if enc.Err != nil {
+		return fmt.Errorf("experiment %q: %w", e.Name, enc.Err)
 	}
 	q.update("experiment", e.ID, `UPDATE experiments SET state = $1, searcher_state = $2, message = $3,
 		updated_at = $4, ended_at = $5 WHERE id = $6`, args...)
@@ -143,24 +144,24 @@ func (q *queue) experiment(e *virga.Experiment) error {
 }
 
 func (q *queue) trial(t *virga.Trial) error {
-	var enc encoder
+	var enc column.Encoder
 	what := fmt.Sprintf("trial (experiment %d, seq %d)", t.ExperimentID, t.Seq)
 	if t.ID == 0 {
-		args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.hparams(t.HParams),
-			t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best), t.BestStep, t.Checkpoint, t.Message,
-			enc.time("created_at", t.CreatedAt), enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt)}
-		if enc.err != nil {
-			return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.err)
+		args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.HParams(t.HParams),
+			t.Attempts, t.Restarts, t.Step, column.Float(t.Latest), column.Float(t.Best), t.BestStep, t.Checkpoint, t.Message,
+			enc.Time("created_at", t.CreatedAt), enc.Time("updated_at", t.UpdatedAt), enc.Time("ended_at", t.EndedAt)}
+		if enc.Err != nil {
+			return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.Err)
 		}
 		q.insert(what, &t.ID, `INSERT INTO trials (`+trialCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
 			args...)
 		return nil
 	}
-	args := []any{string(t.State), t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best),
-		t.BestStep, t.Checkpoint, t.Message, enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt), t.ID}
-	if enc.err != nil {
-		return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.err)
+	args := []any{string(t.State), t.Attempts, t.Restarts, t.Step, column.Float(t.Latest), column.Float(t.Best),
+		t.BestStep, t.Checkpoint, t.Message, enc.Time("updated_at", t.UpdatedAt), enc.Time("ended_at", t.EndedAt), t.ID}
+	if enc.Err != nil {
+		return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.Err)
 	}
 	q.update(what, t.ID, `UPDATE trials SET state = $1, attempts = $2, restarts = $3, step = $4, latest = $5,
 		best = $6, best_step = $7, checkpoint = $8, message = $9, updated_at = $10, ended_at = $11
@@ -176,12 +177,12 @@ func (q *queue) newAttempt(na store.NewAttempt) error {
 	if a.ID != 0 || a.TrialID != 0 {
 		return q.attempt(a)
 	}
-	var enc encoder
-	args := []any{t.ExperimentID, t.Seq, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
+	var enc column.Encoder
+	args := []any{t.ExperimentID, t.Seq, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, column.IntPtr(a.ExitCode),
 		a.Signal, a.Restored, a.Dir, a.Message,
-		enc.time("created_at", a.CreatedAt), enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
-	if enc.err != nil {
-		return fmt.Errorf("attempt %d of trial %d of experiment %d: %w", a.Number, t.Seq, t.ExperimentID, enc.err)
+		enc.Time("created_at", a.CreatedAt), enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt)}
+	if enc.Err != nil {
+		return fmt.Errorf("attempt %d of trial %d of experiment %d: %w", a.Number, t.Seq, t.ExperimentID, enc.Err)
 	}
 	what := fmt.Sprintf("attempt (trial %d of experiment %d, number %d)", t.Seq, t.ExperimentID, a.Number)
 	q.b.Queue(`INSERT INTO attempts (`+attemptCols+`)
@@ -197,24 +198,24 @@ func (q *queue) newAttempt(na store.NewAttempt) error {
 }
 
 func (q *queue) attempt(a *virga.Attempt) error {
-	var enc encoder
+	var enc column.Encoder
 	what := fmt.Sprintf("attempt (trial %d, number %d)", a.TrialID, a.Number)
 	if a.ID == 0 {
-		args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
+		args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, column.IntPtr(a.ExitCode),
 			a.Signal, a.Restored, a.Dir, a.Message,
-			enc.time("created_at", a.CreatedAt), enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
-		if enc.err != nil {
-			return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.err)
+			enc.Time("created_at", a.CreatedAt), enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt)}
+		if enc.Err != nil {
+			return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.Err)
 		}
 		q.insert(what, &a.ID, `INSERT INTO attempts (`+attemptCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
 			args...)
 		return nil
 	}
-	args := []any{string(a.State), string(a.Outcome), a.PID, intPtr(a.ExitCode), a.Signal, a.Restored,
-		a.Dir, a.Message, enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt), a.ID}
-	if enc.err != nil {
-		return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.err)
+	args := []any{string(a.State), string(a.Outcome), a.PID, column.IntPtr(a.ExitCode), a.Signal, a.Restored,
+		a.Dir, a.Message, enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt), a.ID}
+	if enc.Err != nil {
+		return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.Err)
 	}
 	q.update(what, a.ID, `UPDATE attempts SET state = $1, outcome = $2, pid = $3, exit_code = $4, signal = $5,
 		restored = $6, dir = $7, message = $8, started_at = $9, ended_at = $10 WHERE id = $11`, args...)
@@ -223,10 +224,10 @@ func (q *queue) attempt(a *virga.Attempt) error {
 
 func (q *queue) checkpoints(add []virga.Checkpoint, del []store.CheckpointRef) error {
 	for _, c := range add {
-		var enc encoder
-		tm := enc.time("time", c.Time)
-		if enc.err != nil {
-			return fmt.Errorf("checkpoint %s of trial %d: %w", c.ID, c.TrialID, enc.err)
+		var enc column.Encoder
+		tm := enc.Time("time", c.Time)
+		if enc.Err != nil {
+			return fmt.Errorf("checkpoint %s of trial %d: %w", c.ID, c.TrialID, enc.Err)
 		}
 		q.exec(fmt.Sprintf("inserting checkpoint %s of trial %d", c.ID, c.TrialID),
 			`INSERT INTO checkpoints (trial_id, id, attempt_id, step, size, files, time)
@@ -259,10 +260,10 @@ func (q *queue) metrics(ms []virga.Metric) error {
 		if last[key{m.TrialID, m.Step}] != i {
 			continue
 		}
-		var enc encoder
-		v, tm := enc.values(m.Values), enc.time("time", m.Time)
-		if enc.err != nil {
-			return fmt.Errorf("metric of trial %d step %d: %w", m.TrialID, m.Step, enc.err)
+		var enc column.Encoder
+		v, tm := enc.Values(m.Values), enc.Time("time", m.Time)
+		if enc.Err != nil {
+			return fmt.Errorf("metric of trial %d step %d: %w", m.TrialID, m.Step, enc.Err)
 		}
 		trials, steps, attempts, values = append(trials, m.TrialID), append(steps, m.Step), append(attempts, m.AttemptID), append(values, v)
 		if tm == nil {
@@ -282,10 +283,10 @@ func (q *queue) metrics(ms []virga.Metric) error {
 }
 
 func (q *queue) event(e *virga.Event) error {
-	var enc encoder
-	args := []any{e.ExperimentID, e.TrialID, e.AttemptID, e.Kind, e.Message, enc.time("time", e.Time)}
-	if enc.err != nil {
-		return fmt.Errorf("event %s: %w", e.Kind, enc.err)
+	var enc column.Encoder
+	args := []any{e.ExperimentID, e.TrialID, e.AttemptID, e.Kind, e.Message, enc.Time("time", e.Time)}
+	if enc.Err != nil {
+		return fmt.Errorf("event %s: %w", e.Kind, enc.Err)
 	}
 	if e.ID == 0 {
 		q.insert("event "+e.Kind, &e.ID, `INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
+	"github.com/virga-ml/virga/internal/store/column"
 )
 
 // list runs a query and scans each row with scan.
@@ -69,8 +70,8 @@ func scanExperiment(r pgx.Row) (*virga.Experiment, error) {
 		return nil, err
 	}
 	e.State = virga.ExperimentState(state)
-	e.Spec, e.SearcherState = decBytes(e.Spec), decBytes(e.SearcherState)
-	e.CreatedAt, e.UpdatedAt, e.EndedAt = decTime(created), decTime(updated), decTime(ended)
+	e.Spec, e.SearcherState = column.DecBytes(e.Spec), column.DecBytes(e.SearcherState)
+	e.CreatedAt, e.UpdatedAt, e.EndedAt = column.DecTime(created), column.DecTime(updated), column.DecTime(ended)
 	return &e, nil
 }
 
@@ -107,9 +108,9 @@ func scanTrial(r pgx.Row) (*virga.Trial, error) {
 	}
 	t.Seq, t.Attempts, t.Restarts = int(seq), int(attempts), int(restarts)
 	t.State = virga.TrialState(state)
-	t.CreatedAt, t.UpdatedAt, t.EndedAt = decTime(created), decTime(updated), decTime(ended)
+	t.CreatedAt, t.UpdatedAt, t.EndedAt = column.DecTime(created), column.DecTime(updated), column.DecTime(ended)
 	var err error
-	if t.HParams, err = decHParams(hp); err != nil {
+	if t.HParams, err = column.DecHParams(hp); err != nil {
 		return nil, fmt.Errorf("trial %d: %w", t.ID, err)
 	}
 	return &t, nil
@@ -137,8 +138,8 @@ func scanAttempt(r pgx.Row) (*virga.Attempt, error) {
 		return nil, err
 	}
 	a.Number, a.PID = int(number), int(pid)
-	a.State, a.Outcome, a.ExitCode = virga.AttemptState(state), virga.Outcome(outcome), decInt(exit)
-	a.CreatedAt, a.StartedAt, a.EndedAt = decTime(created), decTime(started), decTime(ended)
+	a.State, a.Outcome, a.ExitCode = virga.AttemptState(state), virga.Outcome(outcome), column.DecInt(exit)
+	a.CreatedAt, a.StartedAt, a.EndedAt = column.DecTime(created), column.DecTime(started), column.DecTime(ended)
 	return &a, nil
 }
 
@@ -162,9 +163,9 @@ func scanMetric(r pgx.Row) (virga.Metric, error) {
 	if err := r.Scan(&m.TrialID, &m.Step, &m.AttemptID, &vals, &tm); err != nil {
 		return m, err
 	}
-	m.Time = decTime(tm)
+	m.Time = column.DecTime(tm)
 	var err error
-	if m.Values, err = decValues(vals); err != nil {
+	if m.Values, err = column.DecValues(vals); err != nil {
 		return m, fmt.Errorf("metric of trial %d step %d: %w", m.TrialID, m.Step, err)
 	}
 	return m, nil
@@ -184,7 +185,7 @@ func scanCheckpoint(r pgx.Row) (virga.Checkpoint, error) {
 	if err := r.Scan(&c.TrialID, &c.ID, &c.AttemptID, &c.Step, &c.Size, &files, &tm); err != nil {
 		return c, err
 	}
-	c.Files, c.Time = int(files), decTime(tm)
+	c.Files, c.Time = int(files), column.DecTime(tm)
 	return c, nil
 }
 
@@ -202,7 +203,7 @@ func scanEvent(r pgx.Row) (virga.Event, error) {
 	if err := r.Scan(&e.ID, &e.ExperimentID, &e.TrialID, &e.AttemptID, &e.Kind, &e.Message, &tm); err != nil {
 		return e, err
 	}
-	e.Time = decTime(tm)
+	e.Time = column.DecTime(tm)
 	return e, nil
 }
 
@@ -226,10 +227,10 @@ func (s *Store) Events(ctx context.Context, f store.EventFilter) ([]virga.Event,
 // otherwise replaces the token of that ID (virga.ErrNotFound if none). A hash
 // that another token already has is virga.ErrConflict.
 func (s *Store) PutToken(ctx context.Context, t *store.Token) error {
-	var enc encoder
-	created := enc.time("created_at", t.CreatedAt)
-	if enc.err != nil {
-		return fmt.Errorf("storing token %q: %w", t.Name, enc.err)
+	var enc column.Encoder
+	created := enc.Time("created_at", t.CreatedAt)
+	if enc.Err != nil {
+		return fmt.Errorf("storing token %q: %w", t.Name, enc.Err)
 	}
 	return s.conn(ctx, func(c *pgx.Conn) error {
 		if t.ID == 0 {
@@ -261,7 +262,7 @@ func (s *Store) TokenByHash(ctx context.Context, hash []byte) (*store.Token, err
 		if err := r.Scan(&t.ID, &t.Name, &t.Hash, &created); err != nil {
 			return nil, err
 		}
-		t.CreatedAt = decTime(created)
+		t.CreatedAt = column.DecTime(created)
 		return &t, nil
 	}, `SELECT id, name, hash, created_at FROM tokens WHERE hash = $1`, hash)
 }

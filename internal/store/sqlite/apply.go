@@ -9,6 +9,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
+	"github.com/virga-ml/virga/internal/store/column"
 )
 
 // Apply commits b in one transaction (see store.Batch). On failure nothing
@@ -308,20 +309,20 @@ func (w *writer) experiment(e *virga.Experiment) error {
 	fail := func(err error) ([]any, error) { return nil, fmt.Errorf("experiment %q: %w", e.Name, err) }
 	return w.upsert("experiment", &e.ID, w.st.insertExperiment, w.st.updateExperiment,
 		func() ([]any, error) {
-			var enc encoder
+			var enc column.Encoder
 			args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
-				enc.time("created_at", e.CreatedAt), enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt)}
-			if enc.err != nil {
-				return fail(enc.err)
+				enc.Time("created_at", e.CreatedAt), enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt)}
+			if enc.Err != nil {
+				return fail(enc.Err)
 			}
 			return args, nil
 		},
 		func() ([]any, error) {
-			var enc encoder
+			var enc column.Encoder
 			args := []any{string(e.State), e.SearcherState, e.Message,
-				enc.time("updated_at", e.UpdatedAt), enc.time("ended_at", e.EndedAt)}
-			if enc.err != nil {
-				return fail(enc.err)
+				enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt)}
+			if enc.Err != nil {
+				return fail(enc.Err)
 			}
 			return args, nil
 		})
@@ -333,21 +334,21 @@ func (w *writer) trial(t *virga.Trial) error {
 	}
 	return w.upsert(fmt.Sprintf("trial (experiment %d, seq %d)", t.ExperimentID, t.Seq), &t.ID, w.st.insertTrial, w.st.updateTrial,
 		func() ([]any, error) {
-			var enc encoder
-			args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.hparams(t.HParams),
-				t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best), t.BestStep, t.Checkpoint, t.Message,
-				enc.time("created_at", t.CreatedAt), enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt)}
-			if enc.err != nil {
-				return fail(enc.err)
+			var enc column.Encoder
+			args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.HParams(t.HParams),
+				t.Attempts, t.Restarts, t.Step, column.Float(t.Latest), column.Float(t.Best), t.BestStep, t.Checkpoint, t.Message,
+				enc.Time("created_at", t.CreatedAt), enc.Time("updated_at", t.UpdatedAt), enc.Time("ended_at", t.EndedAt)}
+			if enc.Err != nil {
+				return fail(enc.Err)
 			}
 			return args, nil
 		},
 		func() ([]any, error) {
-			var enc encoder
-			args := []any{string(t.State), t.Attempts, t.Restarts, t.Step, float(t.Latest), float(t.Best),
-				t.BestStep, t.Checkpoint, t.Message, enc.time("updated_at", t.UpdatedAt), enc.time("ended_at", t.EndedAt)}
-			if enc.err != nil {
-				return fail(enc.err)
+			var enc column.Encoder
+			args := []any{string(t.State), t.Attempts, t.Restarts, t.Step, column.Float(t.Latest), column.Float(t.Best),
+				t.BestStep, t.Checkpoint, t.Message, enc.Time("updated_at", t.UpdatedAt), enc.Time("ended_at", t.EndedAt)}
+			if enc.Err != nil {
+				return fail(enc.Err)
 			}
 			return args, nil
 		})
@@ -359,21 +360,21 @@ func (w *writer) attempt(a *virga.Attempt) error {
 	}
 	return w.upsert(fmt.Sprintf("attempt (trial %d, number %d)", a.TrialID, a.Number), &a.ID, w.st.insertAttempt, w.st.updateAttempt,
 		func() ([]any, error) {
-			var enc encoder
-			args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, intPtr(a.ExitCode),
+			var enc column.Encoder
+			args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, column.IntPtr(a.ExitCode),
 				a.Signal, a.Restored, a.Dir, a.Message,
-				enc.time("created_at", a.CreatedAt), enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
-			if enc.err != nil {
-				return fail(enc.err)
+				enc.Time("created_at", a.CreatedAt), enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt)}
+			if enc.Err != nil {
+				return fail(enc.Err)
 			}
 			return args, nil
 		},
 		func() ([]any, error) {
-			var enc encoder
-			args := []any{string(a.State), string(a.Outcome), a.PID, intPtr(a.ExitCode), a.Signal, a.Restored,
-				a.Dir, a.Message, enc.time("started_at", a.StartedAt), enc.time("ended_at", a.EndedAt)}
-			if enc.err != nil {
-				return fail(enc.err)
+			var enc column.Encoder
+			args := []any{string(a.State), string(a.Outcome), a.PID, column.IntPtr(a.ExitCode), a.Signal, a.Restored,
+				a.Dir, a.Message, enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt)}
+			if enc.Err != nil {
+				return fail(enc.Err)
 			}
 			return args, nil
 		})
@@ -381,10 +382,10 @@ func (w *writer) attempt(a *virga.Attempt) error {
 
 func (w *writer) checkpoints(add []virga.Checkpoint, del []store.CheckpointRef) error {
 	for _, c := range add {
-		var enc encoder
-		tm := enc.time("time", c.Time)
-		if enc.err != nil {
-			return fmt.Errorf("checkpoint %s of trial %d: %w", c.ID, c.TrialID, enc.err)
+		var enc column.Encoder
+		tm := enc.Time("time", c.Time)
+		if enc.Err != nil {
+			return fmt.Errorf("checkpoint %s of trial %d: %w", c.ID, c.TrialID, enc.Err)
 		}
 		if _, err := w.exec(w.st.insertCheckpoint, c.TrialID, c.ID, c.AttemptID, c.Step, c.Size, c.Files, tm); err != nil {
 			return wrap(err, "inserting checkpoint %s of trial %d", c.ID, c.TrialID)
@@ -412,10 +413,10 @@ func (w *writer) metrics(ms []virga.Metric) error {
 		n := 1 << k
 		args = args[:0]
 		for _, m := range ms[:n] {
-			var enc encoder
-			args = append(args, m.TrialID, m.Step, m.AttemptID, enc.values(m.Values), enc.time("time", m.Time))
-			if enc.err != nil {
-				return fmt.Errorf("metric of trial %d step %d: %w", m.TrialID, m.Step, enc.err)
+			var enc column.Encoder
+			args = append(args, m.TrialID, m.Step, m.AttemptID, enc.Values(m.Values), enc.Time("time", m.Time))
+			if enc.Err != nil {
+				return fmt.Errorf("metric of trial %d step %d: %w", m.TrialID, m.Step, enc.Err)
 			}
 		}
 		if _, err := w.exec(w.st.logMetrics[k], args...); err != nil {
@@ -432,10 +433,10 @@ func (w *writer) metrics(ms []virga.Metric) error {
 func (w *writer) events(es []*virga.Event) error {
 	for _, e := range es {
 		args := func() ([]any, error) {
-			var enc encoder
-			args := []any{e.ExperimentID, e.TrialID, e.AttemptID, e.Kind, e.Message, enc.time("time", e.Time)}
-			if enc.err != nil {
-				return nil, fmt.Errorf("event %s: %w", e.Kind, enc.err)
+			var enc column.Encoder
+			args := []any{e.ExperimentID, e.TrialID, e.AttemptID, e.Kind, e.Message, enc.Time("time", e.Time)}
+			if enc.Err != nil {
+				return nil, fmt.Errorf("event %s: %w", e.Kind, enc.Err)
 			}
 			return args, nil
 		}

@@ -1,8 +1,8 @@
-package postgres
-
-// This file encodes domain values into column values and back. The sqlite
-// package holds the same rules; keep the two in step (the conformance suite
-// checks they agree).
+// Package column encodes Virga's domain values into database column values
+// and back, with the one set of rules both stores follow (times as Unix
+// nanoseconds, hyperparameters and metric values as JSON). It knows no SQL
+// dialect and opens nothing.
+package column
 
 import (
 	"encoding/json"
@@ -20,10 +20,10 @@ var (
 
 // encoder turns values into column values, keeping the first error so a
 // statement's arguments can be built in one expression and checked once.
-type encoder struct{ err error }
+type Encoder struct{ Err error }
 
 // time returns t as Unix nanoseconds, or nil (NULL) for the zero time.
-func (e *encoder) time(what string, t time.Time) any {
+func (e *Encoder) Time(what string, t time.Time) any {
 	if t.IsZero() {
 		return nil
 	}
@@ -35,7 +35,7 @@ func (e *encoder) time(what string, t time.Time) any {
 }
 
 // hparams returns m as JSON text ("null" for a nil map).
-func (e *encoder) hparams(m map[string]any) string {
+func (e *Encoder) HParams(m map[string]any) string {
 	b, err := json.Marshal(m)
 	if err != nil {
 		e.fail(fmt.Errorf("encoding hparams: %w", err))
@@ -45,7 +45,7 @@ func (e *encoder) hparams(m map[string]any) string {
 
 // values returns metric values as a JSON object. JSON has no NaN or
 // infinities, so those are written as the strings "NaN", "+Inf" and "-Inf".
-func (e *encoder) values(m map[string]float64) string {
+func (e *Encoder) Values(m map[string]float64) string {
 	if m == nil {
 		return "null"
 	}
@@ -69,15 +69,15 @@ func (e *encoder) values(m map[string]float64) string {
 	return string(b)
 }
 
-func (e *encoder) fail(err error) {
-	if e.err == nil {
-		e.err = err
+func (e *Encoder) fail(err error) {
+	if e.Err == nil {
+		e.Err = err
 	}
 }
 
 // float returns p's value, or nil (NULL) when p is nil or NaN (SQLite cannot
 // store NaN, so neither store does: both read it back as nil).
-func float(p *float64) any {
+func Float(p *float64) any {
 	if p == nil || math.IsNaN(*p) {
 		return nil
 	}
@@ -85,7 +85,7 @@ func float(p *float64) any {
 }
 
 // intPtr returns p's value as int64, or nil (NULL) when p is nil.
-func intPtr(p *int) any {
+func IntPtr(p *int) any {
 	if p == nil {
 		return nil
 	}
@@ -93,7 +93,7 @@ func intPtr(p *int) any {
 }
 
 // decTime is the inverse of encoder.time.
-func decTime(n *int64) time.Time {
+func DecTime(n *int64) time.Time {
 	if n == nil {
 		return time.Time{}
 	}
@@ -101,7 +101,7 @@ func decTime(n *int64) time.Time {
 }
 
 // decInt is the inverse of intPtr.
-func decInt(n *int64) *int {
+func DecInt(n *int64) *int {
 	if n == nil {
 		return nil
 	}
@@ -110,7 +110,7 @@ func decInt(n *int64) *int {
 }
 
 // decBytes reads back a byte column; empty and NULL both come back nil.
-func decBytes(b []byte) []byte {
+func DecBytes(b []byte) []byte {
 	if len(b) == 0 {
 		return nil
 	}
@@ -118,7 +118,7 @@ func decBytes(b []byte) []byte {
 }
 
 // decHParams is the inverse of encoder.hparams. JSON numbers come back as float64.
-func decHParams(s string) (map[string]any, error) {
+func DecHParams(s string) (map[string]any, error) {
 	var m map[string]any
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
 		return nil, fmt.Errorf("decoding hparams: %w", err)
@@ -127,7 +127,7 @@ func decHParams(s string) (map[string]any, error) {
 }
 
 // decValues is the inverse of encoder.values.
-func decValues(s string) (map[string]float64, error) {
+func DecValues(s string) (map[string]float64, error) {
 	var raw map[string]any
 	if err := json.Unmarshal([]byte(s), &raw); err != nil {
 		return nil, fmt.Errorf("decoding metric values: %w", err)
