@@ -111,10 +111,31 @@ type Trial struct {
 	Best         *float64       `json:"best,omitempty"`   // best objective value so far
 	BestStep     int64          `json:"best_step"`
 	Checkpoint   string         `json:"checkpoint,omitempty"` // latest checkpoint ID
-	Message      string         `json:"message,omitempty"`
-	CreatedAt    time.Time      `json:"created_at"`
-	UpdatedAt    time.Time      `json:"updated_at"`
-	EndedAt      time.Time      `json:"ended_at,omitzero"`
+	// Parent is the trial this one continued from (population based training):
+	// its first attempt restored a copy of ParentCheckpoint, taken at
+	// ParentStep. Zero for a trial that started from scratch.
+	Parent           int64  `json:"parent,omitempty"`
+	ParentCheckpoint string `json:"parent_checkpoint,omitempty"`
+	ParentStep       int64  `json:"parent_step,omitempty"`
+	// Prediction is the searcher's forecast of the trial's final objective,
+	// when its searcher predicts learning curves; nil otherwise.
+	Prediction *Prediction `json:"prediction,omitempty"`
+	Message    string      `json:"message,omitempty"`
+	CreatedAt  time.Time   `json:"created_at"`
+	UpdatedAt  time.Time   `json:"updated_at"`
+	EndedAt    time.Time   `json:"ended_at,omitzero"`
+}
+
+// Prediction is a forecast of a trial's objective at a later step, made from
+// its learning curve so far.
+type Prediction struct {
+	Step    int64   `json:"step"`    // the last step the forecast saw
+	Horizon int64   `json:"horizon"` // the step forecast (the trial's last)
+	Mean    float64 `json:"mean"`    // expected objective at Horizon
+	Std     float64 `json:"std"`     // its standard deviation
+	// ProbBetter is the probability that the trial ends better than the best
+	// value of the search so far.
+	ProbBetter float64 `json:"prob_better"`
 }
 
 // Attempt is one run of a trial's process.
