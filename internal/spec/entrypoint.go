@@ -145,7 +145,11 @@ func (p *parser) placeholders(n *yaml.Node, path, s string, declared []string) {
 // searchSpace checks the hyperparameters against the searcher and sets
 // MaxTrials. maxTrials is the file's value (0 when absent or invalid).
 func (p *parser) searchSpace(e *Experiment, searcherNode, maxTrialsNode *yaml.Node, maxTrials int) {
-	def := searcherDefs[e.Searcher.Name]
+	key := e.Searcher.Sampler
+	if key == "" {
+		key = e.Searcher.Name
+	}
+	def := searcherDefs[key]
 	which := fmt.Sprintf("the %s searcher", e.Searcher.Name)
 	if searcherNode == nil {
 		which = fmt.Sprintf("the %s searcher (used as searcher is not set)", e.Searcher.Name)

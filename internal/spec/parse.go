@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -272,7 +273,7 @@ func (p *parser) experiment(root *yaml.Node) *Experiment {
 	searcherNode := f.get("searcher")
 	searcherOK := true
 	if searcherNode == nil {
-		e.Searcher = Searcher{Name: DefaultSearcher}
+		e.Searcher = Searcher{Name: DefaultSearcher, Sampler: DefaultSearcher}
 	} else {
 		e.Searcher, searcherOK = p.searcher(searcherNode)
 	}
@@ -345,64 +346,104 @@ func (p *parser) seed(n *yaml.Node) (uint64, bool) {
 	return 0, false
 }
 
-// searcher reads `searcher: NAME` or `searcher: {name: NAME, SETTING: ...}`.
+// searcher reads `searcher: NAME`, `searcher: {name: NAME, SETTING: ...}` or
+// `searcher: {sampler: NAME, stopper: NAME, SETTING: ...}`. A stopper named
+// alone (asha) runs with the random sampler.
 func (p *parser) searcher(n *yaml.Node) (Searcher, bool) {
 	const path = "searcher"
 	names := SearcherNames()
-	checkName := func(nn *yaml.Node, path string) (string, searcherDef, bool) {
+	checkName := func(nn *yaml.Node, path string, choices []string, what string) (string, bool) {
 		s, ok := p.str(nn, path)
 		if !ok {
-			return "", searcherDef{}, false
+			return "", false
 		}
-		def, ok := searcherDefs[s]
-		if !ok {
-			p.unknown(nn, path, "searcher", s, names)
-			return "", searcherDef{}, false
+		if _, ok := searcherDefs[s]; !ok || !slices.Contains(choices, s) {
+			if ok {
+				p.at(nn, path, "%s is not a %s (%ss: %s)", s, what, what, strings.Join(choices, ", "))
+				return "", false
+			}
+			p.unknown(nn, path, what, s, choices)
+			return "", false
 		}
-		return s, def, true
+		return s, true
 	}
 	if n.Kind == yaml.ScalarNode {
 		if !isScalar(n) {
 			p.at(n, path, "expected a searcher name (%s) or {name: ...}, got %s", strings.Join(names, ", "), describe(n))
 			return Searcher{}, false
 		}
-		name, _, ok := checkName(n, path)
-		return Searcher{Name: name}, ok
+		name, ok := checkName(n, path, names, "searcher")
+		if !ok {
+			return Searcher{}, false
+		}
+		s, ok := p.combine(n, name, "", "")
+		return s, ok
 	}
-	f, ok := p.mapping(n, path, fmt.Sprintf("a searcher name (%s) or {name: ...}", strings.Join(names, ", ")), nil)
+	f, ok := p.mapping(n, path, fmt.Sprintf("a searcher name (%s), {name: ...} or {sampler: ..., stopper: ...}", strings.Join(names, ", ")), nil)
 	if !ok {
 		return Searcher{}, false
 	}
-	nameNode := f.get("name")
-	if nameNode == nil {
-		p.missing(f, join(path, "name"), "required; one of %s", strings.Join(names, ", "))
-		return Searcher{}, false
+	var name, sampler, stopper string
+	ok = true
+	if nn := f.get("name"); nn != nil {
+		name, ok = checkName(nn, join(path, "name"), names, "searcher")
 	}
-	name, def, ok := checkName(nameNode, join(path, "name"))
+	if nn := f.get("sampler"); nn != nil {
+		var sok bool
+		sampler, sok = checkName(nn, join(path, "sampler"), samplerNames(), "sampler")
+		ok = ok && sok
+	}
+	if nn := f.get("stopper"); nn != nil {
+		var sok bool
+		stopper, sok = checkName(nn, join(path, "stopper"), stopperNames(), "stopper")
+		ok = ok && sok
+	}
 	if !ok {
 		return Searcher{}, false
 	}
-	s := Searcher{Name: name}
-	allowed := def.settingNames()
+	if name == "" && sampler == "" && stopper == "" {
+		p.missing(f, join(path, "name"), "required (or sampler:); one of %s", strings.Join(names, ", "))
+		return Searcher{}, false
+	}
+	s, ok := p.combine(f.node, name, sampler, stopper)
+	if !ok {
+		return Searcher{}, false
+	}
+	defs := []searcherDef{searcherDefs[s.Sampler], searcherDefs[s.Stopper]}
+	if s.Sampler == "" {
+		defs = []searcherDef{searcherDefs[s.Name]}
+	}
+	allowed := settingNames(defs...)
 	for _, fl := range f.list {
-		if fl.name == "name" {
+		if fl.name == "name" || fl.name == "sampler" || fl.name == "stopper" {
 			continue
 		}
-		kind, known := def.settings[fl.name]
+		var def setting
+		known := false
+		for _, d := range defs {
+			if sd, ok := d.settings[fl.name]; ok {
+				def, known = sd, true
+			}
+		}
 		if !known {
 			switch sg := suggest(fl.name, allowed); {
 			case sg != "":
-				p.at(fl.key, path, "unknown setting %q for searcher %s; did you mean %s?", clip(fl.name), name, sg)
+				p.at(fl.key, path, "unknown setting %q for searcher %s; did you mean %s?", clip(fl.name), s.Name, sg)
 			case len(allowed) == 0:
-				p.at(fl.key, path, "unknown setting %q; searcher %s takes no settings", clip(fl.name), name)
+				p.at(fl.key, path, "unknown setting %q; searcher %s takes no settings", clip(fl.name), s.Name)
 			default:
-				p.at(fl.key, path, "unknown setting %q for searcher %s (allowed: %s)", clip(fl.name), name, strings.Join(allowed, ", "))
+				p.at(fl.key, path, "unknown setting %q for searcher %s (allowed: %s)", clip(fl.name), s.Name, strings.Join(allowed, ", "))
 			}
 			ok = false
 			continue
 		}
-		v, vok := p.setting(fl.val, join(path, fl.name), kind)
+		v, vok := p.setting(fl.val, join(path, fl.name), def.kind)
 		if !vok {
+			ok = false
+			continue
+		}
+		if msg := def.check(v); msg != "" {
+			p.at(fl.val, join(path, fl.name), "%s; %s", msg, def.help)
 			ok = false
 			continue
 		}
@@ -411,7 +452,65 @@ func (p *parser) searcher(n *yaml.Node) (Searcher, bool) {
 		}
 		s.Settings[fl.name] = v
 	}
+	for _, d := range defs {
+		for _, req := range d.required {
+			if _, set := s.Settings[req]; !set {
+				p.missing(f, join(path, req), "required for %s; %s", s.Name, d.settings[req].help)
+				ok = false
+			}
+		}
+		for _, rw := range d.requiredWhen {
+			if _, set := s.Settings[rw[0]]; !set && s.Settings[rw[1]] == rw[2] {
+				p.missing(f, join(path, rw[0]), "required for %s with %s: %s; %s", s.Name, rw[1], rw[2], d.settings[rw[0]].help)
+				ok = false
+			}
+		}
+	}
+	if mn, mx := s.Int("min_resource", 1), s.Int("max_resource", 0); ok && mx > 0 && mn > mx {
+		p.at(f.get("min_resource"), join(path, "min_resource"), "must be <= max_resource (got %d > %d)", mn, mx)
+		ok = false
+	}
 	return s, ok
+}
+
+// combine combines a searcher name with an explicit sampler and stopper into a
+// Searcher, reporting conflicts at n. Any of the three may be empty.
+func (p *parser) combine(n *yaml.Node, name, sampler, stopper string) (Searcher, bool) {
+	const path = "searcher"
+	switch searcherDefs[name].role {
+	case roleSampler:
+		if name != "" && sampler != "" && sampler != name {
+			p.at(n, path, "name: %s and sampler: %s disagree; keep one", name, sampler)
+			return Searcher{}, false
+		}
+		if name != "" {
+			sampler = name
+		}
+	case roleStopper:
+		if stopper != "" && stopper != name {
+			p.at(n, path, "name: %s and stopper: %s disagree; keep one", name, stopper)
+			return Searcher{}, false
+		}
+		stopper = name
+	case roleWhole:
+		if sampler != "" || stopper != "" {
+			p.at(n, path, "searcher %s chooses and stops its trials itself; remove sampler: and stopper:", name)
+			return Searcher{}, false
+		}
+		return Searcher{Name: name}, true
+	}
+	if sampler == "" {
+		sampler = DefaultSampler
+	}
+	if stopper != "" && searcherDefs[sampler].oneTrial {
+		p.at(n, path, "the %s sampler runs one trial, which nothing can stop early; choose sampler: random, grid or tpe", sampler)
+		return Searcher{}, false
+	}
+	s := Searcher{Name: sampler, Sampler: sampler, Stopper: stopper}
+	if stopper != "" {
+		s.Name = sampler + "+" + stopper
+	}
+	return s, true
 }
 
 // setting reads one searcher setting of the given kind.

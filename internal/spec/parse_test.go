@@ -90,7 +90,7 @@ func TestGoodFiles(t *testing.T) {
 					"batch":  {Name: "batch", Type: HPConst, Value: int64(32)},
 				},
 				Order:         []string{"lr", "hidden", "act", "epochs", "batch"},
-				Searcher:      Searcher{Name: "random"},
+				Searcher:      Searcher{Name: "random", Sampler: "random"},
 				Objective:     Objective{Metric: "val_loss", Direction: Maximize},
 				MaxTrials:     20,
 				MaxConcurrent: 4,
@@ -109,7 +109,7 @@ func TestGoodFiles(t *testing.T) {
 				Entrypoint:      Entrypoint{Argv: []string{"python3", "train.py"}, Workdir: dir},
 				Hyperparameters: map[string]*Hyperparameter{},
 				Order:           []string{},
-				Searcher:        Searcher{Name: "single"},
+				Searcher:        Searcher{Name: "single", Sampler: "single"},
 				Objective:       Objective{Metric: "loss", Direction: Minimize},
 				MaxTrials:       1,
 				MaxConcurrent:   1,
@@ -128,7 +128,7 @@ func TestGoodFiles(t *testing.T) {
 					"y": {Name: "y", Type: HPInt, Min: 0, Max: 10, Log: false},
 				},
 				Order:         []string{"x", "y"},
-				Searcher:      Searcher{Name: "random"},
+				Searcher:      Searcher{Name: "random", Sampler: "random"},
 				Objective:     Objective{Metric: "score", Direction: Maximize},
 				MaxTrials:     10,
 				MaxConcurrent: 1,
@@ -154,7 +154,7 @@ func TestGoodFiles(t *testing.T) {
 					"seed":   {Name: "seed", Type: HPConst, Value: "abc"},
 				},
 				Order:         []string{"lr", "layers", "act", "seed"},
-				Searcher:      Searcher{Name: "grid"},
+				Searcher:      Searcher{Name: "grid", Sampler: "grid"},
 				Objective:     Objective{Metric: "val_loss", Direction: Minimize},
 				MaxTrials:     48,
 				MaxConcurrent: 2,
@@ -175,7 +175,7 @@ func TestGoodFiles(t *testing.T) {
 					"b": {Name: "b", Type: HPFloat, Min: 0, Max: 1},
 				},
 				Order:         []string{"a", "b"},
-				Searcher:      Searcher{Name: "grid"},
+				Searcher:      Searcher{Name: "grid", Sampler: "grid"},
 				Objective:     Objective{Metric: "loss", Direction: Minimize},
 				MaxTrials:     100,
 				MaxConcurrent: 1,
@@ -245,8 +245,8 @@ objective: acc
 func TestSearcherSettingsTable(t *testing.T) {
 	// A searcher with settings is one table entry; exercise the kinds with a
 	// temporary one.
-	searcherDefs["test"] = searcherDef{defaultTrials: 7, settings: map[string]SettingKind{
-		"rungs": SettingInt, "eta": SettingFloat, "mode": SettingString, "early": SettingBool,
+	searcherDefs["test"] = searcherDef{defaultTrials: 7, settings: map[string]setting{
+		"rungs": {kind: SettingInt}, "eta": {kind: SettingFloat}, "mode": {kind: SettingString}, "early": {kind: SettingBool},
 	}}
 	defer delete(searcherDefs, "test")
 
@@ -254,7 +254,7 @@ func TestSearcherSettingsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Searcher{Name: "test", Settings: map[string]any{"rungs": int64(3), "eta": 2.0, "mode": "fast", "early": true}}
+	want := Searcher{Name: "test", Sampler: "test", Settings: map[string]any{"rungs": int64(3), "eta": 2.0, "mode": "fast", "early": true}}
 	if diff := cmp.Diff(want, e.Searcher); diff != "" {
 		t.Errorf("searcher (-want +got):\n%s", diff)
 	}
@@ -371,6 +371,52 @@ func TestSuggest(t *testing.T) {
 	for _, tt := range tests {
 		if got := suggest(tt.word, topFields); got != tt.want {
 			t.Errorf("suggest(%q) = %q, want %q", tt.word, got, tt.want)
+		}
+	}
+}
+
+func TestSearcherForms(t *testing.T) {
+	const head = "name: s\nobjective: l\nhyperparameters: {lr: {type: float, min: 0.001, max: 0.1, log: true}}\n"
+	tests := []struct {
+		searcher string
+		want     Searcher
+		trials   int
+	}{
+		{"tpe", Searcher{Name: "tpe", Sampler: "tpe"}, 20},
+		{"asha", Searcher{Name: "random+asha", Sampler: "random", Stopper: "asha"}, 10},
+		{"{name: asha, sampler: tpe, reduction_factor: 4}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
+			Settings: map[string]any{"reduction_factor": int64(4)}}, 20},
+		{"{sampler: tpe, stopper: asha, mode: promote, max_resource: 27, startup_trials: 5}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
+			Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "startup_trials": int64(5)}}, 20},
+		{"{stopper: curve, max_resource: 30, threshold: 0.05}", Searcher{Name: "random+curve", Sampler: "random", Stopper: "curve",
+			Settings: map[string]any{"max_resource": int64(30), "threshold": 0.05}}, 10},
+		{"{name: tpe, stopper: median}", Searcher{Name: "tpe+median", Sampler: "tpe", Stopper: "median"}, 20},
+		{"{name: pbt, population: 4, max_resource: 20}", Searcher{Name: "pbt",
+			Settings: map[string]any{"population": int64(4), "max_resource": int64(20)}}, 40},
+	}
+	for _, tt := range tests {
+		e, err := Parse("s.yaml", []byte(head+"searcher: "+tt.searcher+"\n"))
+		if err != nil {
+			t.Errorf("searcher: %s: %v", tt.searcher, err)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, e.Searcher); diff != "" {
+			t.Errorf("searcher: %s (-want +got):\n%s", tt.searcher, diff)
+		}
+		if e.MaxTrials != tt.trials {
+			t.Errorf("searcher: %s: max_trials %d, want %d", tt.searcher, e.MaxTrials, tt.trials)
+		}
+	}
+}
+
+func TestSamplerAndStopperSettingsDoNotCollide(t *testing.T) {
+	for _, sm := range samplerNames() {
+		for _, st := range stopperNames() {
+			for k := range searcherDefs[sm].settings {
+				if _, dup := searcherDefs[st].settings[k]; dup {
+					t.Errorf("setting %q belongs to both sampler %s and stopper %s", k, sm, st)
+				}
+			}
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package spec
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // SettingKind is the type of a searcher setting's value.
 type SettingKind int
@@ -29,12 +33,76 @@ func (k SettingKind) String() string {
 	return "a value"
 }
 
-// searcherDef is what the parser knows about one searcher. The searcher's
-// factory in internal/search validates settings' ranges; the parser checks
-// names and kinds so every mistake is reported with a position.
+// setting describes one searcher setting: its kind and the values it may take.
+type setting struct {
+	kind SettingKind
+	// min and max bound numbers (inclusive) when hasMin/hasMax.
+	min, max       float64
+	hasMin, hasMax bool
+	// above means the bound min is exclusive.
+	above bool
+	// oneOf lists the allowed strings.
+	oneOf []string
+	// help says what the setting means, for messages.
+	help string
+}
+
+func intAtLeast(lo float64, help string) setting {
+	return setting{kind: SettingInt, min: lo, hasMin: true, help: help}
+}
+
+func fraction(help string) setting {
+	return setting{kind: SettingFloat, min: 0, max: 1, hasMin: true, hasMax: true, above: true, help: help}
+}
+
+// check returns what is wrong with a setting's value, or "".
+func (s setting) check(v any) string {
+	var f float64
+	switch x := v.(type) {
+	case int64:
+		f = float64(x)
+	case float64:
+		f = x
+	case string:
+		if len(s.oneOf) > 0 && !slices.Contains(s.oneOf, x) {
+			return fmt.Sprintf("must be one of %s (got %q)", strings.Join(s.oneOf, ", "), clip(x))
+		}
+		return ""
+	default:
+		return ""
+	}
+	switch {
+	case s.hasMin && s.above && f <= s.min:
+		return fmt.Sprintf("must be > %s (got %s)", fmtNum(s.min), fmtNum(f))
+	case s.hasMin && !s.above && f < s.min:
+		return fmt.Sprintf("must be >= %s (got %s)", fmtNum(s.min), fmtNum(f))
+	case s.hasMax && f > s.max:
+		return fmt.Sprintf("must be <= %s (got %s)", fmtNum(s.max), fmtNum(f))
+	}
+	return ""
+}
+
+// searcherRole says what part of a search a searcherDef plays.
+type searcherRole int
+
+const (
+	roleSampler searcherRole = iota // chooses hyperparameters
+	roleStopper                     // ends or pauses trials early; needs a sampler
+	roleWhole                       // does both (pbt)
+)
+
+// searcherDef is what the parser knows about one searcher. The parser checks
+// names, kinds and ranges, so that every mistake is reported with a position;
+// the searcher's factory in internal/search reads the values.
 type searcherDef struct {
-	// settings maps each allowed setting key to its kind.
-	settings map[string]SettingKind
+	role searcherRole
+	// settings maps each allowed setting key to its description.
+	settings map[string]setting
+	// required lists settings that must be given.
+	required []string
+	// requiredWhen lists settings that must be given when another setting
+	// has a value: {"max_resource", "mode", "promote"}.
+	requiredWhen [][3]string
 	// defaultTrials is max_trials when the file omits it; 0 means the grid size.
 	defaultTrials int
 	// oneTrial means the searcher runs exactly one trial; max_trials may only be 1.
@@ -46,31 +114,91 @@ type searcherDef struct {
 	needsGrid bool
 }
 
-// searcherDefs is the table of known searchers. Adding a searcher is one entry.
+// Settings shared by the rung-based stoppers.
+var (
+	minResource     = intAtLeast(1, "the step of the first rung")
+	maxResource     = intAtLeast(1, "the step at which a trial ends, e.g. its number of epochs")
+	reductionFactor = intAtLeast(2, "keep the best 1/reduction_factor at each rung")
+	rungMode        = setting{kind: SettingString, oneOf: []string{"stop", "promote"}, help: "stop: weak trials are stopped; promote: trials pause at each rung until promoted"}
+)
+
+// searcherDefs is the table of known searchers. Adding a searcher is one
+// entry. Setting names must not repeat between a sampler and a stopper, so
+// that a pair's settings can sit side by side in one mapping.
 var searcherDefs = map[string]searcherDef{
 	"single": {defaultTrials: 1, oneTrial: true, needsDefaults: true},
 	"grid":   {needsGrid: true},
 	"random": {defaultTrials: 10},
+	"tpe": {defaultTrials: 20, settings: map[string]setting{
+		"startup_trials": intAtLeast(0, "random trials before the model is used"),
+		"candidates":     intAtLeast(1, "candidates drawn per suggestion"),
+		"multivariate":   {kind: SettingBool, help: "model the parameters jointly"},
+		"gamma":          fraction("the fraction of trials counted as good"),
+		"prior_weight":   setting{kind: SettingFloat, min: 0, hasMin: true, above: true, help: "the weight of the prior"},
+	}},
+	"asha": {role: roleStopper, settings: map[string]setting{
+		"mode": rungMode, "min_resource": minResource, "max_resource": maxResource, "reduction_factor": reductionFactor,
+	}, requiredWhen: [][3]string{{"max_resource", "mode", "promote"}}},
+	"hyperband": {role: roleStopper, settings: map[string]setting{
+		"mode": rungMode, "min_resource": minResource, "max_resource": maxResource, "reduction_factor": reductionFactor,
+	}, required: []string{"max_resource"}},
+	"median": {role: roleStopper, settings: map[string]setting{
+		"min_trials":   intAtLeast(1, "trials that must have reported a step before any is stopped there"),
+		"warmup_steps": intAtLeast(0, "steps of each trial that are never judged"),
+	}},
+	"curve": {role: roleStopper, settings: map[string]setting{
+		"max_resource": maxResource,
+		"threshold":    fraction("stop a trial whose probability of beating the best is below this"),
+		"min_steps":    intAtLeast(3, "points of a curve before it is extrapolated"),
+		"min_trials":   intAtLeast(1, "finished trials before any trial is stopped"),
+	}, required: []string{"max_resource"}},
+	"pbt": {role: roleWhole, defaultTrials: 40, settings: map[string]setting{
+		"population":           intAtLeast(2, "trials trained at once"),
+		"interval":             intAtLeast(1, "steps between exploit and explore"),
+		"max_resource":         maxResource,
+		"quantile":             setting{kind: SettingFloat, min: 0, max: 0.5, hasMin: true, hasMax: true, above: true, help: "the fraction of the population replaced, and copied from"},
+		"perturb":              setting{kind: SettingFloat, min: 0, max: 1, hasMin: true, hasMax: true, above: true, help: "numbers are multiplied by 1-perturb or 1+perturb"},
+		"resample_probability": setting{kind: SettingFloat, min: 0, max: 1, hasMin: true, hasMax: true, help: "probability of drawing a parameter anew instead"},
+	}, required: []string{"max_resource"}},
 }
 
 // DefaultSearcher is the searcher used when the file has no searcher field.
 const DefaultSearcher = "single"
 
+// DefaultSampler is the sampler of a stopper named alone (searcher: asha).
+const DefaultSampler = "random"
+
 // SearcherNames returns the names of the searchers the file format knows, sorted.
 func SearcherNames() []string {
+	return defNames(func(searcherDef) bool { return true })
+}
+
+func defNames(keep func(searcherDef) bool) []string {
 	names := make([]string, 0, len(searcherDefs))
-	for n := range searcherDefs {
-		names = append(names, n)
+	for n, d := range searcherDefs {
+		if keep(d) {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
 	return names
 }
 
-// settingNames returns a searcher's setting keys, sorted.
-func (d searcherDef) settingNames() []string {
-	names := make([]string, 0, len(d.settings))
-	for n := range d.settings {
-		names = append(names, n)
+func samplerNames() []string {
+	return defNames(func(d searcherDef) bool { return d.role == roleSampler })
+}
+
+func stopperNames() []string {
+	return defNames(func(d searcherDef) bool { return d.role == roleStopper })
+}
+
+// settingNames returns the setting keys of a sampler and stopper, sorted.
+func settingNames(defs ...searcherDef) []string {
+	var names []string
+	for _, d := range defs {
+		for n := range d.settings {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
 	return names

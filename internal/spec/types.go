@@ -65,12 +65,53 @@ type Hyperparameter struct {
 	Default any `json:"default,omitempty"`
 }
 
-// Searcher chooses the search algorithm and its settings. Name is one of the
-// registered searchers ("single", "grid", "random" in this release); Settings
-// keeps the searcher-specific fields, each validated by that searcher.
+// Searcher chooses the search algorithm and its settings. A search is a
+// sampler, which chooses new trials' hyperparameters (single, grid, random,
+// tpe), optionally with a stopper, which ends or pauses weak trials early
+// (asha, hyperband, median, curve); or a searcher that does both in its own
+// way (pbt). Name is the canonical name: the sampler's ("tpe"), the pair's
+// ("tpe+asha") or the whole searcher's ("pbt"). Settings keeps the
+// searcher-specific fields, validated by the parser's table.
 type Searcher struct {
 	Name     string         `json:"name"`
+	Sampler  string         `json:"sampler,omitempty"` // empty for pbt
+	Stopper  string         `json:"stopper,omitempty"` // empty when no trial is stopped early
 	Settings map[string]any `json:"settings,omitempty"`
+}
+
+// Int returns an integer setting, or def when it is not set.
+func (s Searcher) Int(key string, def int64) int64 {
+	if v, ok := s.Settings[key].(int64); ok {
+		return v
+	}
+	return def
+}
+
+// Float returns a number setting, or def when it is not set.
+func (s Searcher) Float(key string, def float64) float64 {
+	switch v := s.Settings[key].(type) {
+	case float64:
+		return v
+	case int64:
+		return float64(v)
+	}
+	return def
+}
+
+// Text returns a string setting, or def when it is not set.
+func (s Searcher) Text(key, def string) string {
+	if v, ok := s.Settings[key].(string); ok {
+		return v
+	}
+	return def
+}
+
+// Bool returns a boolean setting, or def when it is not set.
+func (s Searcher) Bool(key string, def bool) bool {
+	if v, ok := s.Settings[key].(bool); ok {
+		return v
+	}
+	return def
 }
 
 // Direction is minimize or maximize.
