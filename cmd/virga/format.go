@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +83,70 @@ func trialRow(t *virga.Trial, hpWidth int) []string {
 }
 
 var trialHeader = []string{"TRIAL", "STATE", "HYPERPARAMETERS", "STEP", "LATEST", "BEST"}
+
+// trialTable returns the header and rows of a table of trials: trialHeader's
+// columns, then PREDICTED when any trial has a prediction and PARENT when any
+// has a parent, so a search that does neither prints no empty columns.
+func trialTable(trials []*virga.Trial, hpWidth int) ([]string, [][]string) {
+	var predicted, parent bool
+	for _, t := range trials {
+		predicted = predicted || t.Prediction != nil
+		parent = parent || t.Parent != 0
+	}
+	header := append([]string(nil), trialHeader...)
+	if predicted {
+		header = append(header, "PREDICTED")
+	}
+	if parent {
+		header = append(header, "PARENT")
+	}
+	rows := make([][]string, 0, len(trials))
+	for _, t := range trials {
+		row := trialRow(t, hpWidth)
+		if predicted {
+			row = append(row, fmtPrediction(t.Prediction))
+		}
+		if parent {
+			row = append(row, fmtParent(t))
+		}
+		rows = append(rows, row)
+	}
+	return header, rows
+}
+
+// fmtPrediction prints a forecast as "mean ± std (p=prob_better)", e.g.
+// "0.123 ± 0.010 (p=0.04)": the std to two significant digits and the mean
+// to the same decimal place; "-" when there is none.
+func fmtPrediction(p *virga.Prediction) string {
+	if p == nil {
+		return "-"
+	}
+	var mean, std string
+	switch {
+	case math.IsNaN(p.Std) || math.IsInf(p.Std, 0) || math.IsNaN(p.Mean) || math.IsInf(p.Mean, 0) || p.Std <= 0:
+		mean, std = fmtFloat(&p.Mean), fmtFloat(&p.Std)
+	default:
+		// Decimals that show two significant digits of the std.
+		d := 1 - int(math.Floor(math.Log10(p.Std)))
+		if d > 6 || math.Abs(p.Mean) >= 1e9 {
+			mean, std = strconv.FormatFloat(p.Mean, 'g', 4, 64), strconv.FormatFloat(p.Std, 'g', 2, 64)
+			break
+		}
+		d = max(d, 0)
+		mean, std = strconv.FormatFloat(p.Mean, 'f', d, 64), strconv.FormatFloat(p.Std, 'f', d, 64)
+	}
+	return fmt.Sprintf("%s ± %s (p=%.2f)", mean, std, p.ProbBetter)
+}
+
+// fmtParent prints a trial's parent as "#ID@STEP", the parent's trial ID (as
+// in the TRIAL column, and as every command takes it) and the step of the
+// checkpoint the trial continued from; "-" for a trial with no parent.
+func fmtParent(t *virga.Trial) string {
+	if t.Parent == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("#%d@%d", t.Parent, t.ParentStep)
+}
 
 func countsLine(counts map[virga.TrialState]int) string {
 	order := []virga.TrialState{virga.TrialQueued, virga.TrialRunning, virga.TrialPaused, virga.TrialCompleted, virga.TrialStopped, virga.TrialFailed}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga/internal/api/client"
@@ -20,11 +21,8 @@ func newTrialsCmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(trials)
 			}
-			rows := make([][]string, 0, len(trials))
-			for _, t := range trials {
-				rows = append(rows, trialRow(t, 0))
-			}
-			table(g.stdout, trialHeader, rows)
+			header, rows := trialTable(trials, 0)
+			table(g.stdout, header, rows)
 			return nil
 		}),
 	}

@@ -72,7 +72,13 @@ func schemas() map[string]any {
 		"Trial": obj(map[string]any{"id": tInt, "experiment_id": tInt, "seq": tInt, "request": tStr, "state": map[string]any{"type": "string",
 			"enum": []string{"QUEUED", "RUNNING", "PAUSED", "COMPLETED", "STOPPED", "FAILED"}}, "hparams": tObject,
 			"attempts": tInt, "restarts": tInt, "step": tInt, "latest": tNum, "best": tNum, "best_step": tInt, "checkpoint": tStr,
+			"parent": map[string]any{"type": "integer", "format": "int64",
+				"description": "the trial whose checkpoint parent_checkpoint, taken at parent_step, this trial continued from; absent when it started from scratch"},
+			"parent_checkpoint": tStr, "parent_step": tInt, "prediction": ref("Prediction"),
 			"message": tStr, "created_at": tTime, "updated_at": tTime, "ended_at": tTime}),
+		"Prediction": map[string]any{"type": "object", "description": "the searcher's forecast of the trial's objective at step horizon, " +
+			"from its learning curve up to step: mean and standard deviation, and the probability of ending better than the best so far",
+			"properties": map[string]any{"step": tInt, "horizon": tInt, "mean": tNum, "std": tNum, "prob_better": tNum}},
 		"TrialList": list("Trial"),
 		"Attempt": obj(map[string]any{"id": tInt, "trial_id": tInt, "number": tInt, "state": tStr, "outcome": tStr, "backend": tStr,
 			"pid": tInt, "exit_code": tInt, "signal": tStr, "restored": tStr, "dir": tStr, "message": tStr,

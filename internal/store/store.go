@@ -19,7 +19,9 @@ import (
 // An update writes every field except those fixed at insertion, which it
 // leaves unchanged, ignoring the values given for them:
 //   - Experiment: Name, Spec, SpecFile, CreatedAt;
-//   - Trial: ExperimentID, Seq, Request, HParams, CreatedAt;
+//   - Trial: ExperimentID, Seq, Request, HParams, Parent, ParentCheckpoint,
+//     ParentStep, CreatedAt (a trial's lineage is decided when it is created;
+//     its Prediction is not, and an update writes it, nil included);
 //   - Attempt: TrialID, Number, Backend, CreatedAt.
 //
 // So an update costs what changes (a trial's progress, an experiment's

@@ -1,7 +1,7 @@
 // Package column encodes Virga's domain values into database column values
 // and back, with the one set of rules both stores follow (times as Unix
-// nanoseconds, hyperparameters and metric values as JSON). It knows no SQL
-// dialect and opens nothing.
+// nanoseconds, hyperparameters, metric values and predictions as JSON). It
+// knows no SQL dialect and opens nothing.
 package column
 
 import (
@@ -10,6 +10,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/virga-ml/virga"
 )
 
 // minTime and maxTime bound the times that fit in int64 Unix nanoseconds.
@@ -69,6 +71,70 @@ func (e *Encoder) Values(m map[string]float64) string {
 	return string(b)
 }
 
+// Prediction returns p as a JSON object, or nil (NULL) when p is nil. Its
+// numbers follow the rule of Values: NaN and infinities (an unbounded Std,
+// say) are written as the strings "NaN", "+Inf" and "-Inf", so any
+// prediction a searcher makes can be stored.
+func (e *Encoder) Prediction(p *virga.Prediction) any {
+	if p == nil {
+		return nil
+	}
+	b, err := json.Marshal(prediction{Step: p.Step, Horizon: p.Horizon,
+		Mean: jsonFloat(p.Mean), Std: jsonFloat(p.Std), ProbBetter: jsonFloat(p.ProbBetter)})
+	if err != nil {
+		e.fail(fmt.Errorf("encoding prediction: %w", err))
+		return nil
+	}
+	return string(b)
+}
+
+// prediction is the stored form of a virga.Prediction, with the same keys as
+// its JSON.
+type prediction struct {
+	Step       int64     `json:"step"`
+	Horizon    int64     `json:"horizon"`
+	Mean       jsonFloat `json:"mean"`
+	Std        jsonFloat `json:"std"`
+	ProbBetter jsonFloat `json:"prob_better"`
+}
+
+// jsonFloat is a float64 whose JSON is a number, or one of the strings
+// "NaN", "+Inf" and "-Inf".
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	switch v := float64(f); {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"+Inf"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Inf"`), nil
+	default:
+		return json.Marshal(v)
+	}
+}
+
+func (f *jsonFloat) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	switch v := v.(type) {
+	case float64:
+		*f = jsonFloat(v)
+	case string:
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("number %q: %w", v, err)
+		}
+		*f = jsonFloat(x)
+	default:
+		return fmt.Errorf("unexpected %T for a number", v)
+	}
+	return nil
+}
+
 func (e *Encoder) fail(err error) {
 	if e.Err == nil {
 		e.Err = err
@@ -124,6 +190,19 @@ func DecHParams(s string) (map[string]any, error) {
 		return nil, fmt.Errorf("decoding hparams: %w", err)
 	}
 	return m, nil
+}
+
+// DecPrediction is the inverse of Encoder.Prediction: NULL comes back nil.
+func DecPrediction(s *string) (*virga.Prediction, error) {
+	if s == nil {
+		return nil, nil
+	}
+	var p prediction
+	if err := json.Unmarshal([]byte(*s), &p); err != nil {
+		return nil, fmt.Errorf("decoding prediction: %w", err)
+	}
+	return &virga.Prediction{Step: p.Step, Horizon: p.Horizon,
+		Mean: float64(p.Mean), Std: float64(p.Std), ProbBetter: float64(p.ProbBetter)}, nil
 }
 
 // decValues is the inverse of encoder.values.

@@ -38,7 +38,7 @@ const DefaultMaxConns = 8
 // stored as NULL and comes back zero); Trial.HParams goes through JSON, so
 // every number, integers included, comes back as float64; a NaN Latest or
 // Best is stored as NULL and comes back nil; NaN and infinite metric values
-// round-trip; empty byte slices come back nil.
+// and Trial.Prediction numbers round-trip; empty byte slices come back nil.
 type Store struct {
 	pool      *pool
 	closeOnce sync.Once

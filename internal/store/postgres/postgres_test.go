@@ -10,9 +10,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/migrations"
 	"github.com/virga-ml/virga/internal/store/postgres"
@@ -188,6 +191,59 @@ func TestRefusesNewerSchema(t *testing.T) {
 	_, err := postgres.Open(context.Background(), u)
 	if err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("Open of a newer schema: got %v, want an error saying it is newer", err)
+	}
+}
+
+// TestMigratesVersion2 opens a schema that an older Virga left at version 2,
+// holding a trial, and checks that Open brings it to the latest version and
+// the trial reads back with no lineage and no prediction.
+func TestMigratesVersion2(t *testing.T) {
+	ctx := context.Background()
+	u := freshSchema(t)
+	ms, err := migrations.List(migrations.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) < 3 {
+		t.Fatalf("%d PostgreSQL migrations, want at least 3", len(ms))
+	}
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	stmts := []string{`CREATE TABLE schema_version (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)`}
+	for _, m := range ms[:2] {
+		stmts = append(stmts, m.SQL, fmt.Sprintf(`INSERT INTO schema_version (version, applied_at) VALUES (%d, 0)`, m.Version))
+	}
+	stmts = append(stmts,
+		`INSERT INTO experiments (id, name, state, spec_file, message) VALUES (1, 'old', 'ACTIVE', 'old.yaml', '')`,
+		fmt.Sprintf(`INSERT INTO trials (id, experiment_id, seq, request, state, hparams, attempts, restarts, step,
+			latest, best, best_step, checkpoint, message, created_at)
+			VALUES (7, 1, 1, 'req-1', 'RUNNING', '{"lr":0.5}', 1, 0, 40, 0.75, 0.5, 30, 'ck-40', 'running', %d)`,
+			created.UnixNano()))
+	for _, q := range stmts {
+		if _, err := c.Exec(ctx, q); err != nil {
+			c.Close(ctx)
+			t.Fatalf("building the version-2 schema: %.60q...: %v", q, err)
+		}
+	}
+	c.Close(ctx)
+
+	s := open(t, u)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != ms[len(ms)-1].Version {
+		t.Fatalf("SchemaVersion after opening a version-2 schema = %d, %v; want %d", v, err, ms[len(ms)-1].Version)
+	}
+	latest, best := 0.75, 0.5
+	want := []*virga.Trial{{ID: 7, ExperimentID: 1, Seq: 1, Request: "req-1", State: virga.TrialRunning,
+		HParams: map[string]any{"lr": 0.5}, Attempts: 1, Step: 40, Latest: &latest, Best: &best, BestStep: 30,
+		Checkpoint: "ck-40", Message: "running", CreatedAt: created}}
+	got, err := s.Trials(ctx, 1)
+	if err != nil {
+		t.Fatalf("Trials: %v", err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("trials of the version-2 schema (-want +got):\n%s", d)
 	}
 }
 

@@ -102,8 +102,10 @@ func scanTrial(r pgx.Row) (*virga.Trial, error) {
 	var state, hp string
 	var seq, attempts, restarts int64
 	var created, updated, ended *int64
+	var pred *string
 	if err := r.Scan(&t.ID, &t.ExperimentID, &seq, &t.Request, &state, &hp, &attempts, &restarts,
-		&t.Step, &t.Latest, &t.Best, &t.BestStep, &t.Checkpoint, &t.Message, &created, &updated, &ended); err != nil {
+		&t.Step, &t.Latest, &t.Best, &t.BestStep, &t.Checkpoint, &t.Message, &created, &updated, &ended,
+		&t.Parent, &t.ParentCheckpoint, &t.ParentStep, &pred); err != nil {
 		return nil, err
 	}
 	t.Seq, t.Attempts, t.Restarts = int(seq), int(attempts), int(restarts)
@@ -111,6 +113,9 @@ func scanTrial(r pgx.Row) (*virga.Trial, error) {
 	t.CreatedAt, t.UpdatedAt, t.EndedAt = column.DecTime(created), column.DecTime(updated), column.DecTime(ended)
 	var err error
 	if t.HParams, err = column.DecHParams(hp); err != nil {
+		return nil, fmt.Errorf("trial %d: %w", t.ID, err)
+	}
+	if t.Prediction, err = column.DecPrediction(pred); err != nil {
 		return nil, fmt.Errorf("trial %d: %w", t.ID, err)
 	}
 	return &t, nil

@@ -94,14 +94,19 @@ func scanTrial(r scanner) (*virga.Trial, error) {
 	var t virga.Trial
 	var state, hp string
 	var created, updated, ended *int64
+	var pred *string
 	if err := r.Scan(&t.ID, &t.ExperimentID, &t.Seq, &t.Request, &state, &hp, &t.Attempts, &t.Restarts,
-		&t.Step, &t.Latest, &t.Best, &t.BestStep, &t.Checkpoint, &t.Message, &created, &updated, &ended); err != nil {
+		&t.Step, &t.Latest, &t.Best, &t.BestStep, &t.Checkpoint, &t.Message, &created, &updated, &ended,
+		&t.Parent, &t.ParentCheckpoint, &t.ParentStep, &pred); err != nil {
 		return nil, err
 	}
 	t.State = virga.TrialState(state)
 	t.CreatedAt, t.UpdatedAt, t.EndedAt = column.DecTime(created), column.DecTime(updated), column.DecTime(ended)
 	var err error
 	if t.HParams, err = column.DecHParams(hp); err != nil {
+		return nil, fmt.Errorf("trial %d: %w", t.ID, err)
+	}
+	if t.Prediction, err = column.DecPrediction(pred); err != nil {
 		return nil, fmt.Errorf("trial %d: %w", t.ID, err)
 	}
 	return &t, nil

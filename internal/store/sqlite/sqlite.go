@@ -49,7 +49,7 @@ const maxReaders = 4
 // stored as NULL and comes back zero); Trial.HParams goes through JSON, so
 // every number, integers included, comes back as float64; a NaN Latest or
 // Best is stored as NULL and comes back nil; NaN and infinite metric values
-// round-trip; empty byte slices come back nil.
+// and Trial.Prediction numbers round-trip; empty byte slices come back nil.
 type Store struct {
 	path string
 	w    *sql.DB // the single writer connection

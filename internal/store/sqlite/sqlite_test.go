@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/migrations"
@@ -118,6 +120,89 @@ func TestRefusesNewerSchema(t *testing.T) {
 		t.Fatalf("Open of a newer schema: got %v, want an error saying it is newer", err)
 	}
 }
+
+// TestMigratesVersion2 opens a database that an older Virga left at schema
+// version 2, holding a trial, and checks that Open brings it to the latest
+// version: the trial reads back as it was, with no lineage and no
+// prediction, and the new columns can be written.
+func TestMigratesVersion2(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "virga.db")
+	ms, err := migrations.List(migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) < 3 {
+		t.Fatalf("%d SQLite migrations, want at least 3", len(ms))
+	}
+
+	// 1. A version-2 database, written as Virga 2 did: migrations 1 and 2
+	// recorded in schema_version, then an experiment and a trial.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, updated := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), time.Date(2026, 1, 2, 3, 5, 0, 0, time.UTC)
+	stmts := []string{`CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`}
+	for _, m := range ms[:2] {
+		stmts = append(stmts, m.SQL, fmt.Sprintf(`INSERT INTO schema_version (version, applied_at) VALUES (%d, 0)`, m.Version))
+	}
+	stmts = append(stmts,
+		`INSERT INTO experiments (id, name, state, spec, spec_file, message, created_at)
+			VALUES (1, 'old', 'ACTIVE', 'name: old', 'old.yaml', '', 0)`,
+		fmt.Sprintf(`INSERT INTO trials (id, experiment_id, seq, request, state, hparams, attempts, restarts, step,
+			latest, best, best_step, checkpoint, message, created_at, updated_at, ended_at)
+			VALUES (7, 1, 1, 'req-1', 'RUNNING', '{"lr":0.5}', 1, 0, 40, 0.75, 0.5, 30, 'ck-40', 'running', %d, %d, NULL)`,
+			created.UnixNano(), updated.UnixNano()))
+	for _, q := range stmts {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			db.Close()
+			t.Fatalf("building the version-2 database: %.60q...: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// 2. Open migrates it.
+	s := open(t, path)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != ms[len(ms)-1].Version {
+		t.Fatalf("SchemaVersion after opening a version-2 database = %d, %v; want %d", v, err, ms[len(ms)-1].Version)
+	}
+	want := &virga.Trial{ID: 7, ExperimentID: 1, Seq: 1, Request: "req-1", State: virga.TrialRunning,
+		HParams: map[string]any{"lr": 0.5}, Attempts: 1, Step: 40, Latest: ptr(0.75), Best: ptr(0.5), BestStep: 30,
+		Checkpoint: "ck-40", Message: "running", CreatedAt: created, UpdatedAt: updated}
+	got, err := s.Trial(ctx, 7)
+	if err != nil {
+		t.Fatalf("Trial: %v", err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("trial of the version-2 database (-want +got):\n%s", d)
+	}
+	list, err := s.Trials(ctx, 1)
+	if err != nil {
+		t.Fatalf("Trials: %v", err)
+	}
+	if d := cmp.Diff([]*virga.Trial{want}, list); d != "" {
+		t.Errorf("trials of the version-2 database (-want +got):\n%s", d)
+	}
+
+	// 3. The migrated table takes a prediction and a child trial.
+	want.Prediction = &virga.Prediction{Step: 40, Horizon: 100, Mean: 0.4, Std: 0.1, ProbBetter: 0.3}
+	child := &virga.Trial{ExperimentID: 1, Seq: 2, State: virga.TrialQueued, Parent: 7, ParentCheckpoint: "ck-40", ParentStep: 40}
+	if err := s.Apply(ctx, &store.Batch{Trials: []*virga.Trial{want, child}}); err != nil {
+		t.Fatalf("Apply to the migrated database: %v", err)
+	}
+	list, err = s.Trials(ctx, 1)
+	if err != nil {
+		t.Fatalf("Trials: %v", err)
+	}
+	if d := cmp.Diff([]*virga.Trial{want, child}, list); d != "" {
+		t.Errorf("trials written after the migration (-want +got):\n%s", d)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // childEnv makes the test binary run killChild instead of the tests.
 const childEnv = "VIRGA_SQLITE_KILL_CHILD"

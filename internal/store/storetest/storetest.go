@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"EmptyBatch", testEmptyBatch},
 		{"ExperimentRoundTrip", testExperimentRoundTrip},
 		{"TrialRoundTrip", testTrialRoundTrip},
+		{"TrialLineageAndPrediction", testTrialLineageAndPrediction},
 		{"AttemptRoundTrip", testAttemptRoundTrip},
 		{"NewAttempts", testNewAttempts},
 		{"UpdateKeepsFixedFields", testUpdateKeepsFixedFields},
@@ -292,6 +293,62 @@ func testTrialRoundTrip(t *testing.T, s store.Store) {
 	}
 }
 
+// testTrialLineageAndPrediction checks a trial's lineage (fixed at insertion)
+// and prediction (updatable) through every read of trials: a nil prediction
+// stays nil, a set one round-trips with infinite and NaN numbers, and an
+// update can set it, change it and clear it.
+func testTrialLineageAndPrediction(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	e, _ := seed(t, s, 0)
+	parent := newTrial(e.ID, 1)
+	apply(t, s, &store.Batch{Trials: []*virga.Trial{parent}})
+	child := newTrial(e.ID, 2)
+	child.Parent, child.ParentCheckpoint, child.ParentStep = parent.ID, "ck-0700", 700
+	child.Prediction = &virga.Prediction{Step: 800, Horizon: 2000, Mean: 0.123, Std: 0.01, ProbBetter: 0.04}
+	apply(t, s, &store.Batch{Trials: []*virga.Trial{child}})
+
+	// check reads both trials through Trial and Trials and compares them.
+	check := func(when string, want ...*virga.Trial) {
+		t.Helper()
+		for _, w := range want {
+			got, err := s.Trial(ctx, w.ID)
+			if err != nil {
+				t.Fatalf("Trial: %v", err)
+			}
+			diff(t, fmt.Sprintf("Trial(%d) %s", w.Seq, when), w, got)
+			if w.Prediction == nil && got.Prediction != nil {
+				t.Errorf("Trial(%d) %s: Prediction = %+v, want nil", w.Seq, when, *got.Prediction)
+			}
+		}
+		got, err := s.Trials(ctx, e.ID)
+		if err != nil {
+			t.Fatalf("Trials: %v", err)
+		}
+		diff(t, "Trials "+when, want, got)
+		for i, g := range got {
+			if i < len(want) && want[i].Prediction == nil && g.Prediction != nil {
+				t.Errorf("Trials[%d] %s: Prediction = %+v, want nil", i, when, *g.Prediction)
+			}
+		}
+	}
+	check("after insert", parent, child)
+
+	// An update writes the prediction, infinities and NaN included, and
+	// leaves the lineage as inserted whatever it says.
+	parent.Prediction = &virga.Prediction{Step: 10, Horizon: 100, Mean: math.NaN(), Std: math.Inf(1), ProbBetter: 0}
+	uc := *child
+	uc.Parent, uc.ParentCheckpoint, uc.ParentStep = 0, "", 0
+	uc.Step, uc.Prediction = 900, &virga.Prediction{Step: 900, Horizon: 2000, Mean: -1.5, Std: 0.25, ProbBetter: 1}
+	apply(t, s, &store.Batch{Trials: []*virga.Trial{parent, &uc}})
+	child.Step, child.Prediction = uc.Step, uc.Prediction
+	check("after updating the predictions", parent, child)
+
+	// An update with a nil prediction clears it.
+	parent.Prediction, child.Prediction = nil, nil
+	apply(t, s, &store.Batch{Trials: []*virga.Trial{parent, child}})
+	check("after clearing the predictions", parent, child)
+}
+
 // testUpdateKeepsFixedFields checks that an update leaves the fields fixed at
 // insertion as stored, whatever values it gives for them (see store.Batch),
 // while writing all the others.
@@ -315,11 +372,13 @@ func testUpdateKeepsFixedFields(t *testing.T, s store.Store) {
 	ut.ExperimentID, ut.Seq, ut.Request, ut.CreatedAt = e.ID+1000, ts[1].Seq, "other-req", at(time.Hour)
 	ut.HParams = map[string]any{"lr": 0.5, "extra": "x"}
 	ut.State, ut.Attempts, ut.Restarts, ut.Step = virga.TrialRunning, 3, 2, 77
+	ut.Parent, ut.ParentCheckpoint, ut.ParentStep = ts[1].ID, "parent-ck", 40
 	ut.Latest, ut.Best, ut.BestStep, ut.Checkpoint, ut.Message = ptr(0.5), ptr(0.25), 70, "ck", "running"
+	ut.Prediction = &virga.Prediction{Step: 77, Horizon: 100, Mean: 0.2, Std: 0.05, ProbBetter: 0.5}
 	ut.UpdatedAt, ut.EndedAt = at(2*time.Hour), at(3*time.Hour)
 	wantT.State, wantT.Attempts, wantT.Restarts, wantT.Step = ut.State, ut.Attempts, ut.Restarts, ut.Step
 	wantT.Latest, wantT.Best, wantT.BestStep, wantT.Checkpoint, wantT.Message = ut.Latest, ut.Best, ut.BestStep, ut.Checkpoint, ut.Message
-	wantT.UpdatedAt, wantT.EndedAt = ut.UpdatedAt, ut.EndedAt
+	wantT.Prediction, wantT.UpdatedAt, wantT.EndedAt = ut.Prediction, ut.UpdatedAt, ut.EndedAt
 
 	ua := *a
 	ua.TrialID, ua.Number, ua.Backend, ua.CreatedAt = ts[1].ID+1000, 9, "other", at(time.Hour)
@@ -978,6 +1037,12 @@ func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.S
 	ctx := context.Background()
 	e, ts := seed(t, s, 2)
 	a := newAttempt(ts[0].ID, 1)
+	// A third trial continues from the first; the second gets a prediction.
+	t3 := newTrial(e.ID, 3)
+	t3.Parent, t3.ParentCheckpoint, t3.ParentStep = ts[0].ID, "ck", 3
+	ts[1].Prediction = &virga.Prediction{Step: 5, Horizon: 50, Mean: 0.5, Std: 0.125, ProbBetter: 0.25}
+	apply(t, s, &store.Batch{Trials: []*virga.Trial{ts[1], t3}})
+	ts = append(ts, t3)
 	ck := virga.Checkpoint{TrialID: ts[0].ID, ID: "ck", Step: 3, Time: at(0)}
 	m := virga.Metric{TrialID: ts[0].ID, Step: 3, Values: map[string]float64{"loss": 0.5}, Time: at(1)}
 	ev := &virga.Event{ExperimentID: e.ID, Kind: "k", Time: at(2)}
