@@ -490,12 +490,24 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 			return
 		}
 		for _, ts := range es.trials {
-			if !ts.t.State.Terminal() {
+			if !ts.t.State.Terminal() && !(es.exhausted && pausedBySearch(ts)) {
 				return
+			}
+		}
+		// The search is over: trials it paused and did not promote end here.
+		for _, ts := range es.trials {
+			if !ts.t.State.Terminal() {
+				c.endTrial(it, ts, virga.TrialStopped, "not promoted by the searcher", search.Stopped, now)
 			}
 		}
 		c.finishExperiment(it, es, virga.ExperimentCompleted, "", now)
 	}
+}
+
+// pausedBySearch reports whether the searcher paused a trial (and only the
+// searcher may resume it).
+func pausedBySearch(ts *trialState) bool {
+	return ts.t.State == virga.TrialPaused && ts.t.Message == pausedBySearcher && ts.attempt == nil
 }
 
 func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.ExperimentState, msg string, now time.Time) {
@@ -629,9 +641,33 @@ func (c *Controller) propose(it *iteration, es *expState, running int) *trialSta
 		ExperimentID: es.exp.ID, Seq: len(es.trials) + 1, Request: p.ID, State: virga.TrialQueued,
 		HParams: p.HParams, CreatedAt: now,
 	}}
+	if p.Parent != 0 {
+		c.inherit(ts, p.Parent)
+	}
 	es.trials = append(es.trials, ts)
 	it.touchTrial(ts)
 	return ts
+}
+
+// inherit makes a new trial continue from its parent's latest checkpoint
+// (population based training): its first attempt restores that checkpoint,
+// which stays on disk while the trial starts from it (checkpointShared).
+func (c *Controller) inherit(ts *trialState, parentID int64) {
+	t := ts.t
+	t.Parent = parentID
+	parent := c.trials[parentID]
+	if parent == nil || parent.t.Checkpoint == "" {
+		c.log.Warn("searcher asked to continue from a trial without a checkpoint; the new trial starts from scratch",
+			"experiment", t.ExperimentID, "parent", parentID)
+		return
+	}
+	t.ParentCheckpoint, t.Checkpoint = parent.t.Checkpoint, parent.t.Checkpoint
+	for _, ck := range parent.ckpts {
+		if ck.ID == parent.t.Checkpoint {
+			t.ParentStep = ck.Step
+		}
+	}
+	t.Message = fmt.Sprintf("continues from trial %d at step %d", parent.t.Seq, t.ParentStep)
 }
 
 // running counts the experiment's trials with a live attempt.

@@ -186,6 +186,11 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		}
 		d = es.searcher.Observe(t.ID, r.rep.Step, v)
 		es.dirty = true
+		if pr, ok := es.searcher.(search.Predictor); ok {
+			if p := pr.Prediction(t.ID); p != nil && (t.Prediction == nil || *p != *t.Prediction) {
+				t.Prediction = p
+			}
+		}
 	}
 	if ts.stopping != notStopping {
 		d = search.Stop

@@ -13,15 +13,31 @@ const (
 	SingleName = "single" // one trial at the default point of the space
 	GridName   = "grid"   // the cartesian product of every parameter's grid values
 	RandomName = "random" // independent random samples of the space
+	TPEName    = "tpe"    // tree-structured Parzen estimator
+
+	ASHAName      = "asha"      // asynchronous successive halving
+	HyperbandName = "hyperband" // brackets of successive halving
+	MedianName    = "median"    // the median stopping rule
+	CurveName     = "curve"     // learning-curve prediction
+
+	PBTName = "pbt" // population based training
 )
 
-// Builtin returns a new registry holding the built-in searchers: single, grid
-// and random. The caller owns the map and may add its own factories to it.
+// Builtin returns a new registry holding the built-in searchers: the
+// samplers single, grid, random and tpe, the stoppers asha, hyperband,
+// median and curve (each with any sampler but single), and pbt. The caller
+// owns the map and may add its own factories to it.
 func Builtin() Registry {
 	return Registry{
-		SingleName: NewSingle,
-		GridName:   NewGrid,
-		RandomName: NewRandom,
+		SingleName:    NewSingle,
+		GridName:      NewGrid,
+		RandomName:    NewRandom,
+		TPEName:       newAdaptive,
+		ASHAName:      newAdaptive,
+		HyperbandName: newAdaptive,
+		MedianName:    newAdaptive,
+		CurveName:     newAdaptive,
+		PBTName:       newPBT,
 	}
 }
 
@@ -31,15 +47,20 @@ func New(e *spec.Experiment, seed uint64) (Searcher, error) {
 	return Builtin().New(e, seed)
 }
 
-// New makes the searcher named by e.Searcher.Name from the registry, seeded
-// with seed. An unknown name is an error that lists the known ones.
+// New makes the searcher of e.Searcher from the registry, seeded with seed:
+// the stopper's factory when there is a stopper, else the one of its name.
+// An unknown name is an error that lists the known ones.
 func (r Registry) New(e *spec.Experiment, seed uint64) (Searcher, error) {
 	if e == nil {
 		return nil, fmt.Errorf("making searcher: nil experiment")
 	}
-	f, ok := r[e.Searcher.Name]
+	key := e.Searcher.Name
+	if e.Searcher.Stopper != "" {
+		key = e.Searcher.Stopper
+	}
+	f, ok := r[key]
 	if !ok || f == nil {
-		return nil, fmt.Errorf("unknown searcher %q: want one of %s", e.Searcher.Name, strings.Join(r.Names(), ", "))
+		return nil, fmt.Errorf("unknown searcher %q: want one of %s", key, strings.Join(r.Names(), ", "))
 	}
 	s, err := f(e, seed)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/spec"
 )
 
@@ -30,6 +31,17 @@ type Proposal struct {
 	// Resume, when non-zero, asks to resume that (paused) trial instead of
 	// creating a new one (ASHA promotion, PBT continuation).
 	Resume int64 `json:"resume,omitempty"`
+	// Parent, when non-zero, asks that the new trial start from that trial's
+	// latest checkpoint (population based training); the new trial records it
+	// as its lineage.
+	Parent int64 `json:"parent,omitempty"`
+}
+
+// Predictor is a searcher that forecasts trials' final objective values from
+// their learning curves.
+type Predictor interface {
+	// Prediction returns the latest forecast for a trial, or nil.
+	Prediction(trialID int64) *virga.Prediction
 }
 
 // Decision is a searcher's answer to a metric report.

@@ -224,3 +224,73 @@ func clampInt(v, lo, hi int64) int64 {
 func clampFloat(v, lo, hi float64) float64 {
 	return min(max(v, lo), hi)
 }
+
+// sample draws one point of the whole space from r, in space order.
+func (sp space) sample(r *rand.Rand) map[string]any {
+	point := make(map[string]any, len(sp))
+	for _, p := range sp {
+		point[p.name] = p.sample(r)
+	}
+	return point
+}
+
+// normalizePoint returns point with every value of the Go type its parameter
+// uses (int64, float64, or the spec's own categorical value), as needed after
+// a JSON round trip turned numbers into float64. A value that fits no
+// parameter is an error.
+func (sp space) normalizePoint(point map[string]any) (map[string]any, error) {
+	out := make(map[string]any, len(sp))
+	for _, p := range sp {
+		v, ok := point[p.name]
+		if !ok {
+			return nil, fmt.Errorf("no value for hyperparameter %q", p.name)
+		}
+		switch p.hp.Type {
+		case spec.HPInt, spec.HPFloat:
+			n := normalize(p.hp.Type, v)
+			switch n.(type) {
+			case int64, float64:
+			default:
+				return nil, fmt.Errorf("hyperparameter %q: %v is not a number", p.name, v)
+			}
+			out[p.name] = n
+		case spec.HPCategorical:
+			found := false
+			for _, c := range p.hp.Values {
+				if sameValue(c, v) {
+					out[p.name], found = c, true
+					break
+				}
+			}
+			if !found {
+				return nil, fmt.Errorf("hyperparameter %q: %v is not one of its values", p.name, v)
+			}
+		default:
+			out[p.name] = p.hp.Value
+		}
+	}
+	return out, nil
+}
+
+// sameValue reports whether a and b are the same categorical value, numbers
+// compared by value whatever their Go type.
+func sameValue(a, b any) bool {
+	fa, aNum := toFloat(a)
+	fb, bNum := toFloat(b)
+	if aNum || bNum {
+		return aNum && bNum && fa == fb
+	}
+	return a == b
+}
+
+func toFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
+}

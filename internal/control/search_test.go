@@ -1,0 +1,129 @@
+package control_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/virga-ml/virga"
+)
+
+// TestASHAPromoteThroughControl runs ASHA in promote mode with the fake
+// backend: a trial pauses at its rung (its process is stopped), is resumed
+// from its checkpoint when promoted and completes; the trial never promoted
+// ends as stopped once the search is over, and the experiment completes.
+func TestASHAPromoteThroughControl(t *testing.T) {
+	h := newHarness(t)
+	be := newFakeBackend()
+	h.start(be)
+	e := h.submit(`name: asha
+entrypoint: [sh, -c, "exit 0"]
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+searcher: {sampler: random, stopper: asha, mode: promote, min_resource: 1, max_resource: 2, reduction_factor: 2}
+objective: {metric: loss, direction: minimize}
+max_trials: 2
+max_concurrent: 1
+seed: 42
+`)
+	// Trial 1 is alone at the rung: it pauses.
+	s1 := h.nextStart()
+	h.started(s1)
+	writeCkpt(t, s1, "trial 1 at step 1")
+	if d := h.report(s1.AttemptID, 1, 0.3); d != "stop" {
+		t.Fatalf("decision %s for the first trial at the rung, want stop (paused)", d)
+	}
+	if !be.stopped(s1.AttemptID) {
+		t.Fatal("the paused trial's process was not stopped")
+	}
+	h.exited(s1.AttemptID, 0)
+	if tr := h.waitTrial(s1.TrialID, virga.TrialPaused); tr.Message != "paused by the searcher" {
+		t.Errorf("trial 1 message %q", tr.Message)
+	}
+	// Trial 2 is worse: it pauses too, and trial 1 is promoted.
+	s2 := h.nextStart()
+	h.started(s2)
+	if d := h.report(s2.AttemptID, 1, 0.5); d != "stop" {
+		t.Fatalf("decision %s for the worse trial, want stop (paused)", d)
+	}
+	h.exited(s2.AttemptID, 0)
+	s3 := h.nextStart()
+	if s3.TrialID != s1.TrialID {
+		t.Fatalf("started trial %d, want trial %d resumed", s3.TrialID, s1.TrialID)
+	}
+	b, err := os.ReadFile(filepath.Join(s3.Env["VIRGA_CHECKPOINT_DIR"], "state"))
+	if err != nil || string(b) != "trial 1 at step 1" {
+		t.Fatalf("the promoted trial restored %q (%v)", b, err)
+	}
+	h.started(s3)
+	if d := h.report(s3.AttemptID, 2, 0.2); d != "continue" {
+		t.Fatalf("decision %s at max_resource, want continue", d)
+	}
+	h.exited(s3.AttemptID, 0)
+	h.waitTrial(s1.TrialID, virga.TrialCompleted)
+	if tr := h.waitTrial(s2.TrialID, virga.TrialStopped); tr.Message != "not promoted by the searcher" {
+		t.Errorf("trial 2 message %q", tr.Message)
+	}
+	h.waitExp(e.ID, virga.ExperimentCompleted)
+}
+
+// TestPBTChildContinuesFromParentCheckpoint checks exploit through the
+// control loop: the weaker member is stopped and replaced by a trial that
+// records its parent and restores the parent's latest checkpoint.
+func TestPBTChildContinuesFromParentCheckpoint(t *testing.T) {
+	h := newHarness(t)
+	h.start(newFakeBackend())
+	e := h.submit(`name: pbt
+entrypoint: [sh, -c, "exit 0"]
+hyperparameters:
+  lr: {type: float, min: 0.001, max: 1, log: true}
+searcher: {name: pbt, population: 2, interval: 1, max_resource: 3, quantile: 0.5}
+objective: {metric: loss, direction: minimize}
+max_trials: 3
+max_concurrent: 2
+seed: 42
+`)
+	s1, s2 := h.nextStart(), h.nextStart()
+	h.started(s1)
+	h.started(s2)
+	writeCkpt(t, s1, "strong at step 1")
+	h.report(s1.AttemptID, 1, 0.2)
+	writeCkpt(t, s2, "weak at step 1")
+	if d := h.report(s2.AttemptID, 1, 0.9); d != "stop" {
+		t.Fatalf("decision %s for the weaker member, want stop", d)
+	}
+	h.exited(s2.AttemptID, 0)
+	h.waitTrial(s2.TrialID, virga.TrialStopped)
+	s3 := h.nextStart()
+	child := h.trial(s3.TrialID)
+	parent := h.trial(s1.TrialID)
+	if child.Parent != s1.TrialID || child.ParentCheckpoint != parent.Checkpoint || child.ParentStep != 1 {
+		t.Fatalf("child lineage parent=%d checkpoint=%q step=%d; want %d, %q, 1", child.Parent, child.ParentCheckpoint, child.ParentStep, s1.TrialID, parent.Checkpoint)
+	}
+	if as := h.attempts(s3.TrialID); as[0].Restored != parent.Checkpoint {
+		t.Errorf("child's first attempt restored %q, want the parent's %q", as[0].Restored, parent.Checkpoint)
+	}
+	b, err := os.ReadFile(filepath.Join(s3.Env["VIRGA_CHECKPOINT_DIR"], "state"))
+	if err != nil || string(b) != "strong at step 1" {
+		t.Fatalf("child restored %q (%v), want the parent's checkpoint", b, err)
+	}
+	if child.HParams["lr"] == parent.HParams["lr"] {
+		t.Errorf("child kept lr %v: explore did not perturb it", child.HParams["lr"])
+	}
+	// The parent moves on; its checkpoint the child started from is kept on
+	// disk while the child needs it.
+	h.started(s3)
+	for step := int64(2); step <= 3; step++ {
+		writeCkpt(t, s1, "strong later")
+		h.report(s1.AttemptID, step, 0.1)
+	}
+	h.exited(s1.AttemptID, 0)
+	h.report(s3.AttemptID, 3, 0.15)
+	h.exited(s3.AttemptID, 0)
+	h.waitExp(e.ID, virga.ExperimentCompleted)
+	got, err := h.st.Trial(context.Background(), s3.TrialID)
+	if err != nil || got.Parent != s1.TrialID {
+		t.Fatalf("stored child %+v, %v: lineage lost", got, err)
+	}
+}

@@ -1,0 +1,312 @@
+package search
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+// adaptive is a searcher made of a sampler, which chooses new trials'
+// hyperparameters (random, grid or tpe), and an optional stopper, which ends
+// or pauses weak trials early (asha, hyperband, median, curve). It keeps one
+// record per trial; the sampler learns from the records of trials that
+// ended or paused, the stopper from the values reported.
+type adaptive struct {
+	name    string
+	sp      space
+	pick    func(i int, r *rand.Rand, hist []Observation) (map[string]any, error)
+	stop    stopper // nil: no trial is stopped early
+	limit   int
+	sign    float64 // 1 to minimise, -1 to maximise
+	pcg     *rand.PCG
+	rng     *rand.Rand
+	records []*record
+	byTrial map[int64]*record
+	byID    map[string]*record
+}
+
+var _ Searcher = (*adaptive)(nil)
+
+// Status of a record.
+const (
+	running int8 = iota // proposed, created or running
+	paused              // paused by the stopper, waiting for promotion
+	ended               // ended for good
+)
+
+// record is what an adaptive searcher knows of one proposal and its trial.
+type record struct {
+	Proposal string         `json:"p"`
+	Trial    int64          `json:"t,omitempty"`
+	HParams  map[string]any `json:"h"`
+	Step     int64          `json:"s,omitempty"` // furthest step reported
+	Value    float64        `json:"v,omitempty"` // objective at Step, minimising form
+	Reported bool           `json:"r,omitempty"`
+	Status   int8           `json:"st,omitempty"`
+	Complete bool           `json:"c,omitempty"` // ended by running to its end
+}
+
+// stopper decides, from the values trials report, which trials go on. It
+// draws no randomness; its state is saved with the searcher's.
+type stopper interface {
+	// report is told of value v (minimising form) of trial r at step and
+	// returns whether the trial goes on, stops or pauses.
+	report(r *record, step int64, v float64) Decision
+	// ended is told that a trial ended.
+	ended(r *record)
+	// promote returns a paused trial to resume now, or nil.
+	promote() *record
+	// save returns the stopper's state; load replaces it.
+	save() (json.RawMessage, error)
+	load(b json.RawMessage, byTrial map[int64]*record) error
+}
+
+// adaptiveState is the JSON snapshot of an adaptive searcher.
+type adaptiveState struct {
+	Searcher string          `json:"searcher"`
+	Limit    int             `json:"limit"`
+	Records  []*record       `json:"records"`
+	RNG      []byte          `json:"rng"`
+	Stopper  json.RawMessage `json:"stopper,omitempty"`
+}
+
+// newAdaptive makes the searcher of e.Searcher's sampler and stopper.
+func newAdaptive(e *spec.Experiment, seed uint64) (Searcher, error) {
+	sp, err := newSpace(e)
+	if err != nil {
+		return nil, err
+	}
+	if e.MaxTrials < 0 {
+		return nil, fmt.Errorf("max_trials must not be negative, got %d", e.MaxTrials)
+	}
+	a := &adaptive{
+		name:    e.Searcher.Name,
+		sp:      sp,
+		limit:   e.MaxTrials,
+		sign:    1,
+		byTrial: map[int64]*record{},
+		byID:    map[string]*record{},
+	}
+	if e.Objective.Direction == spec.Maximize {
+		a.sign = -1
+	}
+	if a.limit == 0 {
+		a.limit = defaultRandomTrials
+	}
+	a.pcg = rand.NewPCG(seed, pcgStream)
+	a.rng = rand.New(a.pcg)
+	switch sampler := e.Searcher.Sampler; sampler {
+	case RandomName, "":
+		a.pick = func(_ int, r *rand.Rand, _ []Observation) (map[string]any, error) {
+			return sp.sample(r), nil
+		}
+	case GridName:
+		g, err := NewGrid(e, seed)
+		if err != nil {
+			return nil, err
+		}
+		gen := g.(*listSearcher)
+		a.limit = gen.limit
+		a.pick = func(i int, _ *rand.Rand, _ []Observation) (map[string]any, error) {
+			return gen.gen(i), nil
+		}
+	case TPEName:
+		st, err := tpeSettingsFrom(e.Searcher.Settings)
+		if err != nil {
+			return nil, err
+		}
+		t, err := newTPE(sp, st)
+		if err != nil {
+			return nil, err
+		}
+		a.pick = func(_ int, r *rand.Rand, hist []Observation) (map[string]any, error) {
+			return t.next(r, hist)
+		}
+	default:
+		return nil, fmt.Errorf("unknown sampler %q: want random, grid or tpe", sampler)
+	}
+	s := e.Searcher
+	switch s.Stopper {
+	case "":
+	case ASHAName:
+		a.stop, err = newRungs(s.Text("mode", "stop"), s.Int("min_resource", 1), s.Int("max_resource", 0), s.Int("reduction_factor", 3), false)
+	case HyperbandName:
+		a.stop, err = newRungs(s.Text("mode", "stop"), s.Int("min_resource", 1), s.Int("max_resource", 0), s.Int("reduction_factor", 3), true)
+	case MedianName:
+		a.stop = newMedian(s.Int("min_trials", 5), s.Int("warmup_steps", 0))
+	case CurveName:
+		a.stop, err = newCurveStopper(s.Int("max_resource", 0), s.Float("threshold", 0.05), s.Int("min_steps", 5), s.Int("min_trials", 3), a.sign)
+	default:
+		return nil, fmt.Errorf("unknown stopper %q: want asha, hyperband, median or curve", s.Stopper)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Propose resumes a trial the stopper promotes, or proposes a new trial while
+// fewer than the limit were proposed. Once the limit is reached it waits while
+// trials run (they may yet earn promotions) and is exhausted after.
+func (a *adaptive) Propose() (Proposal, error) {
+	if a.stop != nil {
+		if r := a.stop.promote(); r != nil {
+			r.Status = running
+			return Proposal{ID: r.Proposal, Resume: r.Trial}, nil
+		}
+	}
+	if len(a.records) < a.limit {
+		hp, err := a.pick(len(a.records), a.rng, a.history())
+		if err != nil {
+			return Proposal{}, err
+		}
+		r := &record{Proposal: proposalID(len(a.records) + 1), HParams: hp}
+		a.records = append(a.records, r)
+		a.byID[r.Proposal] = r
+		return Proposal{ID: r.Proposal, HParams: cloneHParams(hp)}, nil
+	}
+	for _, r := range a.records {
+		if r.Status == running {
+			return Proposal{}, ErrWait
+		}
+	}
+	return Proposal{}, ErrExhausted
+}
+
+// history returns the observations of trials that reported and no longer
+// run, in proposal order.
+func (a *adaptive) history() []Observation {
+	hist := make([]Observation, 0, len(a.records))
+	for _, r := range a.records {
+		if r.Status == running || !r.Reported {
+			continue
+		}
+		hist = append(hist, Observation{HParams: r.HParams, Value: r.Value, Step: r.Step, Complete: r.Complete})
+	}
+	return hist
+}
+
+// Created records that proposal id became trial trialID.
+func (a *adaptive) Created(id string, trialID int64) {
+	r, ok := a.byID[id]
+	if !ok {
+		return
+	}
+	if r.Trial != 0 {
+		delete(a.byTrial, r.Trial)
+	}
+	r.Trial = trialID
+	a.byTrial[trialID] = r
+}
+
+// Observe records a value and asks the stopper whether the trial goes on.
+func (a *adaptive) Observe(trialID int64, step int64, value float64) Decision {
+	r, ok := a.byTrial[trialID]
+	if !ok || r.Status == ended || math.IsNaN(value) {
+		return Continue
+	}
+	v := a.sign * value
+	if !r.Reported || step >= r.Step {
+		r.Step, r.Value, r.Reported = step, v, true
+	}
+	if a.stop == nil || r.Status != running {
+		return Continue
+	}
+	d := a.stop.report(r, step, v)
+	if d == Pause {
+		r.Status = paused
+	}
+	return d
+}
+
+// Ended records that a trial ended.
+func (a *adaptive) Ended(trialID int64, outcome Outcome) {
+	r, ok := a.byTrial[trialID]
+	if !ok || r.Status == ended {
+		return
+	}
+	r.Status, r.Complete = ended, outcome == Completed
+	if a.stop != nil {
+		a.stop.ended(r)
+	}
+}
+
+// Prediction returns the curve stopper's latest forecast for a trial.
+func (a *adaptive) Prediction(trialID int64) *virga.Prediction {
+	if p, ok := a.stop.(Predictor); ok {
+		return p.Prediction(trialID)
+	}
+	return nil
+}
+
+// Snapshot returns the searcher's state as JSON, random source included.
+func (a *adaptive) Snapshot() ([]byte, error) {
+	st := adaptiveState{Searcher: a.name, Limit: a.limit, Records: a.records}
+	if st.Records == nil {
+		st.Records = []*record{}
+	}
+	var err error
+	if st.RNG, err = a.pcg.MarshalBinary(); err != nil {
+		return nil, fmt.Errorf("snapshotting %s searcher: saving random state: %w", a.name, err)
+	}
+	if a.stop != nil {
+		if st.Stopper, err = a.stop.save(); err != nil {
+			return nil, fmt.Errorf("snapshotting %s searcher: %w", a.name, err)
+		}
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("snapshotting %s searcher: %w", a.name, err)
+	}
+	return b, nil
+}
+
+// Restore replaces the state with a snapshot taken from a searcher of the
+// same kind and space. On error the state is unchanged.
+func (a *adaptive) Restore(snapshot []byte) error {
+	var st adaptiveState
+	if err := json.Unmarshal(snapshot, &st); err != nil {
+		return fmt.Errorf("restoring %s searcher: %w", a.name, err)
+	}
+	if st.Searcher != a.name {
+		return fmt.Errorf("restoring %s searcher: snapshot is of a %q searcher", a.name, st.Searcher)
+	}
+	if st.Limit != a.limit {
+		return fmt.Errorf("restoring %s searcher: snapshot plans %d trials but this search plans %d (did the experiment change?)", a.name, st.Limit, a.limit)
+	}
+	if len(st.Records) > st.Limit {
+		return fmt.Errorf("restoring %s searcher: snapshot has %d trials of %d", a.name, len(st.Records), st.Limit)
+	}
+	pcg := new(rand.PCG)
+	if err := pcg.UnmarshalBinary(st.RNG); err != nil {
+		return fmt.Errorf("restoring %s searcher: random state: %w", a.name, err)
+	}
+	byTrial := make(map[int64]*record, len(st.Records))
+	byID := make(map[string]*record, len(st.Records))
+	for i, r := range st.Records {
+		if r == nil || r.Proposal != proposalID(i+1) {
+			return fmt.Errorf("restoring %s searcher: trial %d of the snapshot is malformed", a.name, i+1)
+		}
+		hp, err := a.sp.normalizePoint(r.HParams)
+		if err != nil {
+			return fmt.Errorf("restoring %s searcher: proposal %s: %w", a.name, r.Proposal, err)
+		}
+		r.HParams = hp
+		byID[r.Proposal] = r
+		if r.Trial != 0 {
+			byTrial[r.Trial] = r
+		}
+	}
+	if a.stop != nil {
+		if err := a.stop.load(st.Stopper, byTrial); err != nil {
+			return fmt.Errorf("restoring %s searcher: %w", a.name, err)
+		}
+	}
+	*a.pcg = *pcg
+	a.records, a.byTrial, a.byID = st.Records, byTrial, byID
+	return nil
+}

@@ -1,0 +1,114 @@
+package search
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// median is the median stopping rule (Golovin et al., Google Vizier, KDD
+// 2017), as Optuna's MedianPruner applies it: at each step past the warm-up,
+// a trial is stopped when its best value so far is worse than the median of
+// the values that completed trials reported at the same step, once at least
+// min_trials completed trials reported that step.
+type median struct {
+	minTrials int
+	warmup    int64
+	st        medianState
+}
+
+type medianState struct {
+	// Done holds, per step, the sorted values completed trials reported.
+	Done map[int64][]float64 `json:"done"`
+	// Live holds each running trial's curve and best value so far.
+	Live map[int64]*liveCurve `json:"live"`
+}
+
+type liveCurve struct {
+	Steps  []int64   `json:"s"`
+	Values []float64 `json:"v"`
+	Best   float64   `json:"b"`
+}
+
+func newMedian(minTrials, warmup int64) *median {
+	return &median{minTrials: int(max(minTrials, 1)), warmup: warmup, st: medianState{Done: map[int64][]float64{}, Live: map[int64]*liveCurve{}}}
+}
+
+// add appends a point to a trial's curve, replacing a repeated step.
+func (c *liveCurve) add(step int64, v float64) {
+	if n := len(c.Steps); n > 0 && c.Steps[n-1] == step {
+		c.Values[n-1] = v
+	} else {
+		c.Steps, c.Values = append(c.Steps, step), append(c.Values, v)
+	}
+	if len(c.Values) == 1 || v < c.Best {
+		c.Best = v
+	}
+}
+
+func (m *median) report(r *record, step int64, v float64) Decision {
+	c := m.st.Live[r.Trial]
+	if c == nil {
+		c = &liveCurve{}
+		m.st.Live[r.Trial] = c
+	}
+	c.add(step, v)
+	if step < m.warmup {
+		return Continue
+	}
+	done := m.st.Done[step]
+	if len(done) < m.minTrials {
+		return Continue
+	}
+	n := len(done)
+	med := done[n/2]
+	if n%2 == 0 {
+		med = (done[n/2-1] + done[n/2]) / 2
+	}
+	if c.Best > med {
+		return Stop
+	}
+	return Continue
+}
+
+func (m *median) ended(r *record) {
+	c := m.st.Live[r.Trial]
+	delete(m.st.Live, r.Trial)
+	if c == nil || !r.Complete {
+		return
+	}
+	for i, s := range c.Steps {
+		vs := m.st.Done[s]
+		at, _ := slices.BinarySearch(vs, c.Values[i])
+		m.st.Done[s] = slices.Insert(vs, at, c.Values[i])
+	}
+}
+
+func (m *median) promote() *record { return nil }
+
+func (m *median) save() (json.RawMessage, error) { return json.Marshal(m.st) }
+
+func (m *median) load(b json.RawMessage, _ map[int64]*record) error {
+	var st medianState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("median: %w", err)
+	}
+	if st.Done == nil {
+		st.Done = map[int64][]float64{}
+	}
+	if st.Live == nil {
+		st.Live = map[int64]*liveCurve{}
+	}
+	for s, vs := range st.Done {
+		if !slices.IsSorted(vs) {
+			return fmt.Errorf("median: values of step %d are not sorted", s)
+		}
+	}
+	for id, c := range st.Live {
+		if c == nil || len(c.Steps) != len(c.Values) {
+			return fmt.Errorf("median: curve of trial %d is malformed", id)
+		}
+	}
+	m.st = st
+	return nil
+}

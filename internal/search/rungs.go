@@ -1,0 +1,271 @@
+package search
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// rungs is asynchronous successive halving (ASHA; Li et al., MLSys 2020),
+// and, with several brackets, asynchronous Hyperband. The resource is the
+// step trials report (epochs, say). Bracket b's rungs are at steps
+// min_b*eta^k below max_resource; a trial is judged at each rung against the
+// others that reached it there:
+//   - mode stop: a trial goes on while it is among the best 1/eta of its
+//     rung (the first trials at a rung go on while they are the best, as
+//     Optuna's successive halving does), and is stopped otherwise;
+//   - mode promote: a trial pauses at each rung (it checkpoints and exits)
+//     and is resumed when it is among the best floor(n/eta) of the n trials
+//     of its rung, higher rungs first; a trial that is promotable at once,
+//     with no other trial waiting, goes on without pausing.
+//
+// Each new trial joins a bracket in a fixed weighted round robin; Hyperband
+// weighs bracket s (s halvings) by the number of trials it starts with,
+// ceil((s_max+1)/(s+1)) * eta^s. ASHA is the single bracket at min_resource.
+type rungs struct {
+	promoteMode bool
+	eta         int64
+	max         int64     // 0: rungs without end (stop mode only)
+	mins        []int64   // each bracket's first rung
+	weights     []float64 // each bracket's share of new trials
+	st          rungsState
+}
+
+// rungsState is what changes as trials report.
+type rungsState struct {
+	// Rungs holds, per bracket and rung, the trials that reached it.
+	Rungs [][][]rungEntry `json:"rungs"`
+	// Trials maps a trial to its bracket and the next rung it will reach.
+	Trials map[int64]*rungTrial `json:"trials"`
+	// Credit is the smooth weighted round robin's state: a counter per bracket.
+	Credit []float64 `json:"credit"`
+	// byTrial is the searcher's records, for promotion; not saved.
+	byTrial map[int64]*record
+}
+
+type rungEntry struct {
+	Trial    int64   `json:"t"`
+	Value    float64 `json:"v"`
+	Promoted bool    `json:"p,omitempty"`
+}
+
+type rungTrial struct {
+	Bracket int `json:"b"`
+	Next    int `json:"n"`
+}
+
+func newRungs(mode string, minR, maxR, eta int64, hyperband bool) (*rungs, error) {
+	if eta < 2 {
+		return nil, fmt.Errorf("reduction_factor must be >= 2, got %d", eta)
+	}
+	if minR < 1 {
+		return nil, fmt.Errorf("min_resource must be >= 1, got %d", minR)
+	}
+	if maxR != 0 && maxR < minR {
+		return nil, fmt.Errorf("min_resource %d is above max_resource %d", minR, maxR)
+	}
+	s := &rungs{eta: eta, max: maxR}
+	switch mode {
+	case "stop":
+	case "promote":
+		s.promoteMode = true
+		if maxR == 0 {
+			return nil, fmt.Errorf("mode promote needs max_resource, the step at which a trial ends")
+		}
+	default:
+		return nil, fmt.Errorf("mode must be stop or promote, got %q", mode)
+	}
+	s.mins, s.weights = []int64{minR}, []float64{1}
+	if hyperband {
+		if maxR == 0 {
+			return nil, fmt.Errorf("hyperband needs max_resource, the step at which a trial ends")
+		}
+		// s_max halvings fit between min_resource and max_resource.
+		smax := 0
+		for r := minR * eta; r <= maxR; r *= eta {
+			smax++
+		}
+		s.mins, s.weights = nil, nil
+		for k := smax; k >= 0; k-- {
+			s.mins = append(s.mins, minR*ipow(eta, smax-k))
+			s.weights = append(s.weights, math.Ceil(float64(smax+1)/float64(k+1))*math.Pow(float64(eta), float64(k)))
+		}
+	}
+	s.st = s.fresh()
+	return s, nil
+}
+
+func (s *rungs) fresh() rungsState {
+	return rungsState{Rungs: make([][][]rungEntry, len(s.mins)), Trials: map[int64]*rungTrial{}, Credit: make([]float64, len(s.mins)), byTrial: map[int64]*record{}}
+}
+
+// resource returns the step of bracket b's k-th rung, or 0 when there is
+// no such rung (it would be at or past max_resource).
+func (s *rungs) resource(b, k int) int64 {
+	r := s.mins[b]
+	for range k {
+		if r > math.MaxInt64/s.eta {
+			return 0
+		}
+		r *= s.eta
+	}
+	if s.max > 0 && r >= s.max {
+		return 0
+	}
+	return r
+}
+
+// join places a new trial in a bracket by smooth weighted round robin.
+func (s *rungs) join(r *record) *rungTrial {
+	total, best := 0.0, 0
+	for b, w := range s.weights {
+		s.st.Credit[b] += w
+		total += w
+		if s.st.Credit[b] > s.st.Credit[best] {
+			best = b
+		}
+	}
+	s.st.Credit[best] -= total
+	t := &rungTrial{Bracket: best}
+	s.st.Trials[r.Trial] = t
+	s.st.byTrial[r.Trial] = r
+	return t
+}
+
+func (s *rungs) report(r *record, step int64, v float64) Decision {
+	t, ok := s.st.Trials[r.Trial]
+	if !ok {
+		t = s.join(r)
+	}
+	for {
+		res := s.resource(t.Bracket, t.Next)
+		if res == 0 || step < res {
+			return Continue
+		}
+		k := t.Next
+		t.Next++
+		for len(s.st.Rungs[t.Bracket]) <= k {
+			s.st.Rungs[t.Bracket] = append(s.st.Rungs[t.Bracket], nil)
+		}
+		rung := append(s.st.Rungs[t.Bracket][k], rungEntry{Trial: r.Trial, Value: v})
+		s.st.Rungs[t.Bracket][k] = rung
+		i := len(rung) - 1
+		if !s.promoteMode {
+			if rank(rung, i) >= max(1, len(rung)/int(s.eta)) {
+				return Stop
+			}
+			continue
+		}
+		// Promote mode: go on at once when promotable and no one waits.
+		if w, _, _ := s.waiting(); w == nil && rank(rung, i) < len(rung)/int(s.eta) {
+			rung[i].Promoted = true
+			continue
+		}
+		return Pause
+	}
+}
+
+// rank returns the place of rung[i] among the rung's values (0 = best); ties
+// go to the trial that got there first.
+func rank(rung []rungEntry, i int) int {
+	n := 0
+	for j, e := range rung {
+		if e.Value < rung[i].Value || (e.Value == rung[i].Value && j < i) {
+			n++
+		}
+	}
+	return n
+}
+
+// waiting returns the paused trial to promote next, or nil: in each bracket,
+// from the highest rung down, the best not yet promoted trial among the top
+// floor(n/eta) of the rung, if it is paused. Brackets are taken in order.
+func (s *rungs) waiting() (*record, int, int) {
+	for b := range s.st.Rungs {
+		for k := len(s.st.Rungs[b]) - 1; k >= 0; k-- {
+			rung := s.st.Rungs[b][k]
+			top := len(rung) / int(s.eta)
+			if top == 0 {
+				continue
+			}
+			order := make([]int, len(rung))
+			for i := range order {
+				order[i] = i
+			}
+			slices.SortStableFunc(order, func(x, y int) int { return cmpFloat(rung[x].Value, rung[y].Value) })
+			for _, i := range order[:top] {
+				e := rung[i]
+				if e.Promoted {
+					continue
+				}
+				if r := s.st.byTrial[e.Trial]; r != nil && r.Status == paused {
+					return r, b, k
+				}
+			}
+		}
+	}
+	return nil, 0, 0
+}
+
+func (s *rungs) promote() *record {
+	r, b, k := s.waiting()
+	if r == nil {
+		return nil
+	}
+	for i := range s.st.Rungs[b][k] {
+		if s.st.Rungs[b][k][i].Trial == r.Trial {
+			s.st.Rungs[b][k][i].Promoted = true
+		}
+	}
+	return r
+}
+
+func (s *rungs) ended(r *record) {}
+
+func (s *rungs) save() (json.RawMessage, error) {
+	return json.Marshal(s.st)
+}
+
+func (s *rungs) load(b json.RawMessage, byTrial map[int64]*record) error {
+	st := s.fresh()
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("rungs: %w", err)
+	}
+	if len(st.Rungs) != len(s.mins) || len(st.Credit) != len(s.mins) {
+		return fmt.Errorf("rungs: snapshot has %d brackets, this search %d (did the experiment change?)", len(st.Rungs), len(s.mins))
+	}
+	if st.Trials == nil {
+		st.Trials = map[int64]*rungTrial{}
+	}
+	st.byTrial = map[int64]*record{}
+	for id, t := range st.Trials {
+		if t == nil || t.Bracket < 0 || t.Bracket >= len(s.mins) {
+			return fmt.Errorf("rungs: trial %d has no valid bracket", id)
+		}
+		if r := byTrial[id]; r != nil {
+			st.byTrial[id] = r
+		}
+	}
+	s.st = st
+	return nil
+}
+
+// cmpFloat orders floats ascending.
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func ipow(b int64, e int) int64 {
+	r := int64(1)
+	for range e {
+		r *= b
+	}
+	return r
+}
