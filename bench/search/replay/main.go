@@ -1,0 +1,153 @@
+// Command replay runs Virga's searchers against a tabular benchmark in
+// virtual time and writes one JSON line per run (bench/search/FORMAT.md):
+//
+//	go run ./bench/search/replay --table bench/search/tables/digits-mlp.json.gz \
+//	    --seeds 20 --workers 4 --out bench/search/results/virga-digits-mlp.jsonl
+//
+// Each method is a searcher as an experiment file would write it; the
+// searcher code is the one the server runs.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/virga-ml/virga/internal/search"
+	"github.com/virga-ml/virga/internal/search/replay"
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+// methods are the searchers compared, by the name results carry.
+func methods(epochs int64) map[string]spec.Searcher {
+	rungs := func(sampler, stopper, mode string) spec.Searcher {
+		s := spec.Searcher{Name: sampler + "+" + stopper, Sampler: sampler, Stopper: stopper,
+			Settings: map[string]any{"max_resource": epochs, "reduction_factor": int64(3), "min_resource": int64(1), "mode": mode}}
+		return s
+	}
+	return map[string]spec.Searcher{
+		"virga random":            {Name: "random", Sampler: "random"},
+		"virga tpe":               {Name: "tpe", Sampler: "tpe"},
+		"virga random+asha":       rungs("random", "asha", "stop"),
+		"virga tpe+asha":          rungs("tpe", "asha", "stop"),
+		"virga tpe+asha-promote":  rungs("tpe", "asha", "promote"),
+		"virga tpe+hyperband":     rungs("tpe", "hyperband", "stop"),
+		"virga tpe+median":        {Name: "tpe+median", Sampler: "tpe", Stopper: "median"},
+		"virga tpe+curve":         {Name: "tpe+curve", Sampler: "tpe", Stopper: "curve", Settings: map[string]any{"max_resource": epochs}},
+		"virga tpe-mv+asha":       withSetting(rungs("tpe", "asha", "stop"), "multivariate", true),
+		"virga random+asha-promo": rungs("random", "asha", "promote"),
+	}
+}
+
+func withSetting(s spec.Searcher, k string, v any) spec.Searcher {
+	s.Settings[k] = v
+	return s
+}
+
+// record is one run, as FORMAT.md defines it.
+type record struct {
+	Table        string       `json:"table"`
+	Method       string       `json:"method"`
+	Seed         int          `json:"seed"`
+	Workers      int          `json:"workers"`
+	BudgetEpochs int          `json:"budget_epochs"`
+	Trace        [][3]float64 `json:"trace"`
+	Trials       int          `json:"trials"`
+	Seconds      float64      `json:"replay_seconds"` // real time the replay took
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "replay:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tablePath := fs.String("table", "", "table file (.json.gz)")
+	seeds := fs.Int("seeds", 20, "runs per method, seeds 0..n-1")
+	workers := fs.Int("workers", 4, "trials trained at once")
+	budget := fs.Int("budget-epochs", 0, "epochs per run (default 100 x the table's epochs)")
+	list := fs.String("methods", "", "comma-separated methods (default all)")
+	out := fs.String("out", "", "output file (default stdout)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tablePath == "" {
+		return fmt.Errorf("--table is required")
+	}
+	t, err := replay.Load(*tablePath)
+	if err != nil {
+		return err
+	}
+	if *budget == 0 {
+		*budget = 100 * t.Epochs
+	}
+	all := methods(int64(t.Epochs))
+	var names []string
+	if *list == "" {
+		for n := range all {
+			names = append(names, n)
+		}
+	} else {
+		names = strings.Split(*list, ",")
+	}
+	slices.Sort(names)
+	w := stdout
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	bw := bufio.NewWriter(w)
+	for _, name := range names {
+		s, ok := all[strings.TrimSpace(name)]
+		if !ok {
+			return fmt.Errorf("unknown method %q", name)
+		}
+		began := time.Now()
+		for seed := range *seeds {
+			rec, err := runOne(t, name, s, seed, *workers, *budget)
+			if err != nil {
+				return fmt.Errorf("%s, seed %d: %w", name, seed, err)
+			}
+			b, err := json.Marshal(rec)
+			if err != nil {
+				return err
+			}
+			bw.Write(b)
+			bw.WriteByte('\n')
+		}
+		fmt.Fprintf(stderr, "%-26s %d seeds in %v\n", name, *seeds, time.Since(began).Round(time.Millisecond))
+	}
+	return bw.Flush()
+}
+
+func runOne(t *replay.Table, name string, s spec.Searcher, seed, workers, budget int) (*record, error) {
+	began := time.Now()
+	sr, err := search.New(t.Experiment(s, budget), uint64(seed))
+	if err != nil {
+		return nil, err
+	}
+	res, err := replay.Run(t, sr, replay.Options{Workers: workers, BudgetEpochs: budget})
+	if err != nil {
+		return nil, err
+	}
+	rec := &record{Table: t.Name, Method: name, Seed: seed, Workers: workers, BudgetEpochs: budget, Trials: res.Trials}
+	for _, e := range res.Trace {
+		rec.Trace = append(rec.Trace, [3]float64{float64(e.Config), float64(e.Epoch), e.Time})
+	}
+	rec.Seconds = time.Since(began).Seconds()
+	return rec, nil
+}
