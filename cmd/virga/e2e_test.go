@@ -628,6 +628,64 @@ func TestExamples(t *testing.T) {
 	}
 }
 
+// TestExampleTPEASHA runs the TPE + ASHA (promote mode) example end to end:
+// trials pause at the first rung, the best are resumed from their
+// checkpoints (the trainer says so in its log), some run all 9 epochs, the
+// others end as not promoted, and the best model is good.
+func TestExampleTPEASHA(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cmd := exec.Command(virgaBin, "run", "examples/digits-go/experiment-tpe-asha.yaml", "--data-dir", state)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("virga run: %v\n%s", err, out)
+	}
+	cmd = exec.Command(virgaBin, "trials", "1", "--json", "--data-dir", state)
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trials []virga.Trial
+	if err := json.Unmarshal(b, &trials); err != nil {
+		t.Fatalf("trials --json: %v\n%s", err, b)
+	}
+	var completed, notPromoted, resumed int
+	for _, tr := range trials {
+		switch {
+		case tr.State == virga.TrialCompleted && tr.Step == 9:
+			completed++
+		case tr.State == virga.TrialStopped && tr.Message == "not promoted by the searcher":
+			notPromoted++
+		default:
+			t.Errorf("trial %d: %s at step %d (%s)", tr.ID, tr.State, tr.Step, tr.Message)
+		}
+		if tr.Attempts > 1 {
+			resumed++
+			logs, err := exec.Command(virgaBin, "logs", strconv.FormatInt(tr.ID, 10), "--data-dir", state).CombinedOutput()
+			if err != nil || !strings.Contains(string(logs), "resuming from") {
+				t.Errorf("trial %d has %d attempts but its log shows no resume from a checkpoint (%v):\n%s", tr.ID, tr.Attempts, err, logs)
+			}
+		}
+	}
+	if len(trials) != 15 || completed == 0 || notPromoted == 0 || resumed < completed {
+		t.Fatalf("%d trials: %d completed, %d not promoted, %d resumed; want 15 with some of each\n%s", len(trials), completed, notPromoted, resumed, out)
+	}
+	cmd = exec.Command(virgaBin, "best", "1", "--json", "--data-dir", state)
+	if b, err = cmd.Output(); err != nil {
+		t.Fatal(err)
+	}
+	var best struct {
+		Metrics *virga.Metric `json:"metrics"`
+	}
+	if err := json.Unmarshal(b, &best); err != nil || best.Metrics == nil || best.Metrics.Values["val_accuracy"] < 0.95 {
+		t.Errorf("best trial %s (%v): want validation accuracy >= 0.95", b, err)
+	}
+}
+
 // TestInterruptLeavesRunning sends SIGINT to a non-interactive `virga run`:
 // the experiment is left running, its trials go on without the embedded
 // server, and a `virga server` on the same data directory adopts and
