@@ -105,6 +105,13 @@ func (t *Table) Check() error {
 				}
 			}
 		case "categorical":
+			seen := map[string]bool{}
+			for _, v := range d.Values {
+				if seen[fmt.Sprint(v)] {
+					return fmt.Errorf("table %q: dimension %q: value %v appears twice", t.Name, d.Name, v)
+				}
+				seen[fmt.Sprint(v)] = true
+			}
 		default:
 			return fmt.Errorf("table %q: dimension %q: unknown type %q", t.Name, d.Name, d.Type)
 		}
@@ -175,6 +182,7 @@ func (t *Table) Index(hp map[string]any) (int, error) {
 			for i, c := range d.Values {
 				if fmt.Sprint(c) == fmt.Sprint(v) {
 					k = i
+					break
 				}
 			}
 		} else {
