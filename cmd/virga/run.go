@@ -315,11 +315,8 @@ func (p *progress) draw(w io.Writer) {
 	if len(shown) > maxRows { // keep live ones and the most recent
 		shown = shown[len(shown)-maxRows:]
 	}
-	rows := make([][]string, 0, len(shown))
-	for _, t := range shown {
-		rows = append(rows, trialRow(t, 48))
-	}
-	table(&b, trialHeader, rows)
+	header, rows := trialTable(shown, 48)
+	table(&b, header, rows)
 	counts := map[virga.TrialState]int{}
 	for _, t := range ts {
 		counts[t.State]++
@@ -370,12 +367,9 @@ func (p *progress) summary(ctx context.Context, w io.Writer, c *client.Client, i
 	if !p.tty {
 		trials, err := c.Trials(ctx, id)
 		if err == nil {
-			rows := make([][]string, 0, len(trials))
-			for _, t := range trials {
-				rows = append(rows, trialRow(t, 60))
-			}
+			header, rows := trialTable(trials, 60)
 			fmt.Fprintln(w)
-			table(w, trialHeader, rows)
+			table(w, header, rows)
 		}
 	}
 	dur := v.UpdatedAt.Sub(v.CreatedAt)
