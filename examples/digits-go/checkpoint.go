@@ -11,6 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/virga-ml/virga/examples/digits-go/mlp"
 )
 
 // checkpointFile is the checkpoint's name inside the checkpoint directory.
@@ -42,19 +44,19 @@ type checkpointHeader struct {
 //	uint32                         CRC-32 (IEEE) of everything before it
 //
 // All integers are little-endian.
-func encodeCheckpoint(h checkpointHeader, m *mlp) ([]byte, error) {
+func encodeCheckpoint(h checkpointHeader, m *mlp.MLP) ([]byte, error) {
 	hdr, err := json.Marshal(h)
 	if err != nil {
 		return nil, fmt.Errorf("encoding checkpoint header: %w", err)
 	}
 	var buf bytes.Buffer
-	buf.Grow(len(checkpointMagic) + 4 + len(hdr) + 8 + 16*len(m.params) + 4)
+	buf.Grow(len(checkpointMagic) + 4 + len(hdr) + 8 + 16*len(m.Params) + 4)
 	buf.Write(checkpointMagic)
 	buf.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(hdr))))
 	buf.Write(hdr)
-	buf.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(m.params)+len(m.velocity))))
+	buf.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(m.Params)+len(m.Velocity))))
 	var b [8]byte
-	for _, vs := range [][]float64{m.params, m.velocity} {
+	for _, vs := range [][]float64{m.Params, m.Velocity} {
 		for _, v := range vs {
 			binary.LittleEndian.PutUint64(b[:], math.Float64bits(v))
 			buf.Write(b[:])
@@ -65,7 +67,7 @@ func encodeCheckpoint(h checkpointHeader, m *mlp) ([]byte, error) {
 }
 
 // decodeCheckpoint parses what encodeCheckpoint wrote, into a new network.
-func decodeCheckpoint(data []byte) (checkpointHeader, *mlp, error) {
+func decodeCheckpoint(data []byte) (checkpointHeader, *mlp.MLP, error) {
 	var h checkpointHeader
 	if len(data) < len(checkpointMagic)+4+8+4 || !bytes.Equal(data[:len(checkpointMagic)], checkpointMagic) {
 		return h, nil, errors.New("not a digits-go checkpoint (bad magic or too short)")
@@ -84,25 +86,25 @@ func decodeCheckpoint(data []byte) (checkpointHeader, *mlp, error) {
 		return h, nil, fmt.Errorf("header: %w", err)
 	}
 	rest = rest[n:]
-	if h.Inputs != numInputs || h.Classes != numClasses || h.Hidden < 1 || h.Epoch < 0 {
-		return h, nil, fmt.Errorf("header %+v: want %d inputs, %d classes, hidden >= 1", h, numInputs, numClasses)
+	if h.Inputs != mlp.NumInputs || h.Classes != mlp.NumClasses || h.Hidden < 1 || h.Epoch < 0 {
+		return h, nil, fmt.Errorf("header %+v: want %d inputs, %d classes, hidden >= 1", h, mlp.NumInputs, mlp.NumClasses)
 	}
 	if len(rest) < 8 {
 		return h, nil, errors.New("truncated parameters")
 	}
 	count := binary.LittleEndian.Uint64(rest)
 	rest = rest[8:]
-	want := uint64(2 * numParams(h.Hidden))
+	want := uint64(2 * mlp.NumParams(h.Hidden))
 	if count != want || uint64(len(rest)) != 8*count {
 		return h, nil, fmt.Errorf("%d values for %d hidden units, want %d", count, h.Hidden, want)
 	}
-	m := newMLP(h.Hidden, &splitMix64{})
-	for i := range m.params {
-		m.params[i] = math.Float64frombits(binary.LittleEndian.Uint64(rest[8*i:]))
+	m := mlp.NewMLP(h.Hidden, &mlp.SplitMix64{})
+	for i := range m.Params {
+		m.Params[i] = math.Float64frombits(binary.LittleEndian.Uint64(rest[8*i:]))
 	}
-	rest = rest[8*len(m.params):]
-	for i := range m.velocity {
-		m.velocity[i] = math.Float64frombits(binary.LittleEndian.Uint64(rest[8*i:]))
+	rest = rest[8*len(m.Params):]
+	for i := range m.Velocity {
+		m.Velocity[i] = math.Float64frombits(binary.LittleEndian.Uint64(rest[8*i:]))
 	}
 	return h, m, nil
 }
@@ -111,7 +113,7 @@ func decodeCheckpoint(data []byte) (checkpointHeader, *mlp, error) {
 // in the same directory, synced, then renamed over model.ckpt, then the
 // directory synced. A reader (or Virga, saving the directory on the next
 // report) sees the old checkpoint or the new one, never a mix.
-func saveCheckpoint(dir string, h checkpointHeader, m *mlp) error {
+func saveCheckpoint(dir string, h checkpointHeader, m *mlp.MLP) error {
 	data, err := encodeCheckpoint(h, m)
 	if err != nil {
 		return err
@@ -146,7 +148,7 @@ func saveCheckpoint(dir string, h checkpointHeader, m *mlp) error {
 }
 
 // loadCheckpoint reads dir's checkpoint. ok is false when there is none.
-func loadCheckpoint(dir string) (h checkpointHeader, m *mlp, ok bool, err error) {
+func loadCheckpoint(dir string) (h checkpointHeader, m *mlp.MLP, ok bool, err error) {
 	path := filepath.Join(dir, checkpointFile)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -27,6 +27,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/virga-ml/virga/examples/digits-go/mlp"
 	"github.com/virga-ml/virga/sdk/go/trial"
 )
 
@@ -61,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Epochs, "epochs", t.Int("epochs", 20), "epochs to train in all")
 	fs.IntVar(&cfg.Batch, "batch", t.Int("batch", 32), "mini-batch size")
 	seed := fs.Int("seed", t.Int("seed", 1), "seed of the initial weights and the shuffles")
-	dataPath := fs.String("data", defaultDataPath, "the data set (gzip CSV); the default is looked for in the working directory and its parents")
+	dataPath := fs.String("data", mlp.DefaultDataPath, "the data set (gzip CSV); the default is looked for in the working directory and its parents")
 	ckptDir := fs.String("checkpoint-dir", "", "checkpoint directory when not run by Virga (default: a new temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -86,18 +87,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
-	path, err := resolveDataPath(*dataPath, dataExplicit)
+	path, err := mlp.ResolveDataPath(*dataPath, dataExplicit)
 	if err != nil {
 		fmt.Fprintf(stderr, "digits-go: %v\n", err)
 		return exitError
 	}
-	ds, err := loadDataset(path)
+	ds, err := mlp.LoadDataset(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "digits-go: %v\n", err)
 		return exitError
 	}
 	fmt.Fprintf(stdout, "digits-go: %d training and %d validation rows; lr=%g hidden=%d l2=%g momentum=%g batch=%d epochs=%d seed=%d; checkpoints in %s\n",
-		len(ds.trainX), len(ds.valX), cfg.LR, cfg.Hidden, cfg.L2, cfg.Momentum, cfg.Batch, cfg.Epochs, cfg.Seed, cfg.CheckpointDir)
+		len(ds.TrainX), len(ds.ValX), cfg.LR, cfg.Hidden, cfg.L2, cfg.Momentum, cfg.Batch, cfg.Epochs, cfg.Seed, cfg.CheckpointDir)
 
 	_, how, err := train(context.Background(), cfg, ds, t, t.Stopping(), stdout)
 	switch {

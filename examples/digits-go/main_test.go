@@ -15,19 +15,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/virga-ml/virga/examples/digits-go/mlp"
 	"github.com/virga-ml/virga/sdk/go/trial"
 )
 
 // loadTestData loads the repository's digits data set once per test binary.
-var loadTestData = sync.OnceValues(func() (*dataset, error) {
-	path, err := resolveDataPath(defaultDataPath, false)
-	if err != nil {
-		return nil, err
-	}
-	return loadDataset(path)
-})
+var loadTestData = sync.OnceValues(mlp.LoadDefault)
 
-func testData(t *testing.T) *dataset {
+func testData(t *testing.T) *mlp.Dataset {
 	t.Helper()
 	ds, err := loadTestData()
 	if err != nil {
@@ -38,7 +33,10 @@ func testData(t *testing.T) *dataset {
 
 // goodConfig is a setting that reaches > 95% validation accuracy quickly.
 func goodConfig(dir string, epochs int) config {
-	return config{LR: 0.1, Hidden: 64, L2: 1e-4, Momentum: 0.9, Epochs: epochs, Batch: 32, Seed: 1, CheckpointDir: dir}
+	return config{
+		Settings: mlp.Settings{LR: 0.1, Hidden: 64, L2: 1e-4, Momentum: 0.9, Batch: 32, Seed: 1},
+		Epochs:   epochs, CheckpointDir: dir,
+	}
 }
 
 // handRun is the SDK in "no server" mode, as a trainer run by hand sees it.
@@ -73,28 +71,6 @@ func (f *fakeReporter) Report(_ context.Context, step int64, m map[string]float6
 		return trial.Stop, nil
 	}
 	return trial.Continue, nil
-}
-
-func TestSplitIsFixedAndDocumented(t *testing.T) {
-	val, train := splitIndices(1797)
-	if len(val) != 359 || len(train) != 1438 {
-		t.Fatalf("split sizes = %d/%d, want 359 validation, 1438 training", len(val), len(train))
-	}
-	// examples/data/SOURCE.md documents these, and digits-torch computes the same.
-	if want := []int{1324, 623, 1117, 298}; !slices.Equal(val[:4], want) {
-		t.Errorf("first validation rows = %v, want %v", val[:4], want)
-	}
-	seen := make(map[int]bool)
-	for _, i := range append(append([]int(nil), val...), train...) {
-		if seen[i] || i < 0 || i >= 1797 {
-			t.Fatalf("row %d appears twice or is out of range", i)
-		}
-		seen[i] = true
-	}
-	ds := testData(t)
-	if len(ds.valX) != 359 || len(ds.trainX) != 1438 || len(ds.trainX[0]) != numInputs {
-		t.Errorf("dataset shapes: %d val, %d train, %d features", len(ds.valX), len(ds.trainX), len(ds.trainX[0]))
-	}
 }
 
 func TestReachesGoodAccuracy(t *testing.T) {
@@ -147,11 +123,11 @@ func TestResumeIsBitIdentical(t *testing.T) {
 	if !strings.Contains(out.String(), "resuming from") || !strings.Contains(out.String(), "epoch   4/6") || strings.Contains(out.String(), "epoch   3/6") {
 		t.Errorf("resumed run did not continue at epoch 4:\n%s", out.String())
 	}
-	for i := range straight.params {
-		if math.Float64bits(straight.params[i]) != math.Float64bits(resumed.params[i]) ||
-			math.Float64bits(straight.velocity[i]) != math.Float64bits(resumed.velocity[i]) {
+	for i := range straight.Params {
+		if math.Float64bits(straight.Params[i]) != math.Float64bits(resumed.Params[i]) ||
+			math.Float64bits(straight.Velocity[i]) != math.Float64bits(resumed.Velocity[i]) {
 			t.Fatalf("value %d differs: straight %v/%v, resumed %v/%v", i,
-				straight.params[i], straight.velocity[i], resumed.params[i], resumed.velocity[i])
+				straight.Params[i], straight.Velocity[i], resumed.Params[i], resumed.Velocity[i])
 		}
 	}
 	a, _ := os.ReadFile(filepath.Join(straightDir, checkpointFile))
@@ -204,9 +180,9 @@ func TestResumeRejectsDifferentShape(t *testing.T) {
 }
 
 func TestCheckpointRoundTripAndDamage(t *testing.T) {
-	m := newMLP(5, &splitMix64{state: 9})
-	for i := range m.velocity {
-		m.velocity[i] = float64(i) * 1e-3
+	m := mlp.NewMLP(5, &mlp.SplitMix64{State: 9})
+	for i := range m.Velocity {
+		m.Velocity[i] = float64(i) * 1e-3
 	}
 	h := goodConfig("", 1).header(7)
 	h.Hidden = 5
@@ -218,7 +194,7 @@ func TestCheckpointRoundTripAndDamage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("decode: %v", err)
 	}
-	if gotH != h || !equalFloats(got.params, m.params) || !equalFloats(got.velocity, m.velocity) {
+	if gotH != h || !equalFloats(got.Params, m.Params) || !equalFloats(got.Velocity, m.Velocity) {
 		t.Errorf("round trip changed the checkpoint: header %+v", gotH)
 	}
 	for _, pos := range []int{0, 20, len(data) / 2, len(data) - 1} {
@@ -230,22 +206,6 @@ func TestCheckpointRoundTripAndDamage(t *testing.T) {
 	}
 	if _, _, err := decodeCheckpoint(data[:len(data)-9]); err == nil {
 		t.Error("a truncated checkpoint decoded")
-	}
-}
-
-func TestParseCSVErrors(t *testing.T) {
-	row := strings.Repeat("0,", numInputs)
-	for _, tc := range []struct{ name, csv, want string }{
-		{"short row", "1,2,3\n", "line 1: 3 columns"},
-		{"bad pixel", "17," + strings.Repeat("0,", numInputs-1) + "3\n", "line 1, column 1"},
-		{"bad label", row + "10\n", "column 65"},
-		{"too few rows", row + "1\n", "too few"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, _, err := parseCSV(strings.NewReader(tc.csv)); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("err = %v, want one containing %q", err, tc.want)
-			}
-		})
 	}
 }
 

@@ -8,18 +8,15 @@ import (
 	"math"
 	"time"
 
+	"github.com/virga-ml/virga/examples/digits-go/mlp"
 	"github.com/virga-ml/virga/sdk/go/trial"
 )
 
-// config is one training run's settings: the hyperparameters and where to keep checkpoints.
+// config is one training run's settings: the hyperparameters, how long to
+// train and where to keep checkpoints.
 type config struct {
-	LR       float64 // learning rate
-	Hidden   int     // hidden units
-	L2       float64 // weight decay on the weights (not the biases)
-	Momentum float64 // SGD momentum, 0 for plain SGD
-	Epochs   int     // epochs to train in all (a resumed run trains the remainder)
-	Batch    int     // mini-batch size
-	Seed     int64   // seeds the initial weights and each epoch's shuffle
+	mlp.Settings
+	Epochs int // epochs to train in all (a resumed run trains the remainder)
 
 	CheckpointDir string
 }
@@ -48,7 +45,7 @@ func (c config) validate() error {
 // header returns the checkpoint header for a network trained epoch epochs under c.
 func (c config) header(epoch int) checkpointHeader {
 	return checkpointHeader{
-		Epoch: epoch, Inputs: numInputs, Hidden: c.Hidden, Classes: numClasses,
+		Epoch: epoch, Inputs: mlp.NumInputs, Hidden: c.Hidden, Classes: mlp.NumClasses,
 		LR: c.LR, L2: c.L2, Momentum: c.Momentum, Batch: c.Batch, Seed: c.Seed,
 	}
 }
@@ -73,13 +70,6 @@ const (
 // errDiverged means the loss became NaN or infinite; the run's learning rate is too high.
 var errDiverged = errors.New("training diverged")
 
-// initSeed and epochSeed derive the generators' seeds from the run's seed, so
-// that any epoch's shuffle can be recomputed on resume without saving RNG state.
-func initSeed(seed int64) uint64 { return uint64(seed) ^ 0x6a09e667f3bcc909 }
-func epochSeed(seed int64, epoch int) uint64 {
-	return uint64(seed)*0x9E3779B97F4A7C15 + uint64(epoch)*0xD1B54A32D192ED03
-}
-
 // train runs (or resumes) training under cfg:
 //  1. resume from the checkpoint in cfg.CheckpointDir if there is one, else
 //     initialize from the seed;
@@ -93,7 +83,7 @@ func epochSeed(seed int64, epoch int) uint64 {
 // It prints one line per epoch to out and returns the final network. The
 // network after epoch N is bit-identical whether or not the run was
 // interrupted and resumed along the way.
-func train(ctx context.Context, cfg config, ds *dataset, rep reporter, stopping <-chan struct{}, out io.Writer) (*mlp, outcome, error) {
+func train(ctx context.Context, cfg config, ds *mlp.Dataset, rep reporter, stopping <-chan struct{}, out io.Writer) (*mlp.MLP, outcome, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, 0, err
 	}
@@ -114,42 +104,25 @@ func train(ctx context.Context, cfg config, ds *dataset, rep reporter, stopping 
 		start = h.Epoch
 		fmt.Fprintf(out, "resuming from %s after epoch %d\n", cfg.CheckpointDir, start)
 	} else {
-		m = newMLP(cfg.Hidden, &splitMix64{state: initSeed(cfg.Seed)})
+		m = mlp.New(cfg.Settings)
 	}
 	if start >= cfg.Epochs {
 		fmt.Fprintf(out, "already trained %d of %d epochs; nothing to do\n", start, cfg.Epochs)
 		return m, finished, nil
 	}
 
-	order := make([]int, len(ds.trainX))
 	for epoch := start + 1; epoch <= cfg.Epochs; epoch++ {
 		began := time.Now()
 
 		// 2. One pass over the shuffled training rows.
-		for i := range order {
-			order[i] = i
+		trainLoss, completed := m.TrainEpoch(ds, cfg.Settings, epoch, stopping)
+		if !completed {
+			fmt.Fprintf(out, "stop requested: abandoning epoch %d; the checkpoint holds epoch %d\n", epoch, epoch-1)
+			return m, interrupted, nil
 		}
-		rng := splitMix64{state: epochSeed(cfg.Seed, epoch)}
-		rng.shuffle(order)
-		var trainLoss float64
-		for b := 0; b < len(order); b += cfg.Batch {
-			select {
-			case <-stopping:
-				fmt.Fprintf(out, "stop requested: abandoning epoch %d; the checkpoint holds epoch %d\n", epoch, epoch-1)
-				return m, interrupted, nil
-			default:
-			}
-			batch := order[b:min(b+cfg.Batch, len(order))]
-			for _, i := range batch {
-				trainLoss += m.forward(ds.trainX[i], ds.trainY[i])
-				m.backward(ds.trainX[i], ds.trainY[i])
-			}
-			m.step(len(batch), cfg.LR, cfg.L2, cfg.Momentum)
-		}
-		trainLoss /= float64(len(order))
 
 		// 3. Evaluate, checkpoint, report.
-		valLoss, valAcc := m.evaluate(ds.valX, ds.valY)
+		valLoss, valAcc := m.Evaluate(ds.ValX, ds.ValY)
 		if math.IsNaN(trainLoss) || math.IsInf(trainLoss, 0) || math.IsNaN(valLoss) || math.IsInf(valLoss, 0) {
 			return m, 0, fmt.Errorf("epoch %d: train loss %v, validation loss %v: %w (try a lower --lr)", epoch, trainLoss, valLoss, errDiverged)
 		}

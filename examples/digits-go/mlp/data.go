@@ -1,4 +1,11 @@
-package main
+// Package mlp is the digits-go example's network and data: the UCI digits data
+// set with its fixed train/validation split, a one-hidden-layer perceptron, and
+// one epoch of mini-batch SGD with momentum. The example binary (checkpoints,
+// the trial protocol) and bench/search/gentable (tabular benchmarks) both train
+// through it. It never touches the file system except to read the data set,
+// and never draws from a global random generator: every shuffle and
+// initialization derives from an explicit seed.
+package mlp
 
 import (
 	"bufio"
@@ -14,68 +21,68 @@ import (
 
 // Shape of the digits data set (examples/data/SOURCE.md).
 const (
-	numInputs  = 64 // 8x8 pixels
-	numClasses = 10 // digits 0..9
+	NumInputs  = 64 // 8x8 pixels
+	NumClasses = 10 // digits 0..9
 	maxPixel   = 16 // pixel counts are 0..16
-	splitSeed  = 42 // the SplitMix64 seed of the fixed train/validation split
+	SplitSeed  = 42 // the SplitMix64 seed of the fixed train/validation split
 )
 
-// defaultDataPath is where the data set lives relative to the repository root.
-const defaultDataPath = "examples/data/digits.csv.gz"
+// DefaultDataPath is where the data set lives relative to the repository root.
+const DefaultDataPath = "examples/data/digits.csv.gz"
 
-// dataset is the digits data set, split into training and validation rows.
-type dataset struct {
-	trainX [][]float64 // scaled to 0..1
-	trainY []int
-	valX   [][]float64
-	valY   []int
+// Dataset is the digits data set, split into training and validation rows.
+type Dataset struct {
+	TrainX [][]float64 // scaled to 0..1
+	TrainY []int
+	ValX   [][]float64
+	ValY   []int
 }
 
-// splitMix64 is the SplitMix64 generator: tiny, fast, fully specified, and
+// SplitMix64 is the SplitMix64 generator: tiny, fast, fully specified, and
 // easy to reproduce in another language (the Python example uses the same split).
-type splitMix64 struct{ state uint64 }
+type SplitMix64 struct{ State uint64 }
 
-// next returns the next 64 random bits.
-func (s *splitMix64) next() uint64 {
-	s.state += 0x9E3779B97F4A7C15
-	z := s.state
+// Next returns the next 64 random bits.
+func (s *SplitMix64) Next() uint64 {
+	s.State += 0x9E3779B97F4A7C15
+	z := s.State
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
 	return z ^ (z >> 31)
 }
 
-// float64 returns a uniform number in [0, 1).
-func (s *splitMix64) float64() float64 {
-	return float64(s.next()>>11) * (1.0 / (1 << 53))
+// Float64 returns a uniform number in [0, 1).
+func (s *SplitMix64) Float64() float64 {
+	return float64(s.Next()>>11) * (1.0 / (1 << 53))
 }
 
-// shuffle permutes p in place with Fisher–Yates.
-func (s *splitMix64) shuffle(p []int) {
+// Shuffle permutes p in place with Fisher–Yates.
+func (s *SplitMix64) Shuffle(p []int) {
 	for i := len(p) - 1; i > 0; i-- {
-		j := int(s.next() % uint64(i+1))
+		j := int(s.Next() % uint64(i+1))
 		p[i], p[j] = p[j], p[i]
 	}
 }
 
-// splitIndices returns the validation and training row indices of a data set
+// SplitIndices returns the validation and training row indices of a data set
 // of n rows: a SplitMix64(42) Fisher–Yates shuffle of 0..n-1, the first n/5
 // of which are the validation rows (examples/data/SOURCE.md).
-func splitIndices(n int) (val, train []int) {
+func SplitIndices(n int) (val, train []int) {
 	perm := make([]int, n)
 	for i := range perm {
 		perm[i] = i
 	}
-	rng := splitMix64{state: splitSeed}
-	rng.shuffle(perm)
+	rng := SplitMix64{State: SplitSeed}
+	rng.Shuffle(perm)
 	nVal := n / 5
 	return perm[:nVal], perm[nVal:]
 }
 
-// resolveDataPath finds the data file. An explicit path is used as given.
+// ResolveDataPath finds the data file. An explicit path is used as given.
 // The default, relative to the working directory, is also looked for in the
 // working directory's parents, so the trainer runs from the repository root
 // (as experiments do) as well as from its own directory (as tests do).
-func resolveDataPath(path string, explicit bool) (string, error) {
+func ResolveDataPath(path string, explicit bool) (string, error) {
 	if explicit || filepath.IsAbs(path) {
 		return path, nil
 	}
@@ -97,8 +104,18 @@ func resolveDataPath(path string, explicit bool) (string, error) {
 	}
 }
 
-// loadDataset reads the gzip-compressed CSV at path and splits it.
-func loadDataset(path string) (*dataset, error) {
+// LoadDefault loads the data set at DefaultDataPath, looked for in the
+// working directory and its parents as ResolveDataPath does.
+func LoadDefault() (*Dataset, error) {
+	path, err := ResolveDataPath(DefaultDataPath, false)
+	if err != nil {
+		return nil, err
+	}
+	return LoadDataset(path)
+}
+
+// LoadDataset reads the CSV at path (gzip-compressed when it ends in .gz) and splits it.
+func LoadDataset(path string) (*Dataset, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening data set: %w", err)
@@ -117,15 +134,15 @@ func loadDataset(path string) (*dataset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	val, train := splitIndices(len(xs))
-	ds := &dataset{}
+	val, train := SplitIndices(len(xs))
+	ds := &Dataset{}
 	for _, i := range train {
-		ds.trainX = append(ds.trainX, xs[i])
-		ds.trainY = append(ds.trainY, ys[i])
+		ds.TrainX = append(ds.TrainX, xs[i])
+		ds.TrainY = append(ds.TrainY, ys[i])
 	}
 	for _, i := range val {
-		ds.valX = append(ds.valX, xs[i])
-		ds.valY = append(ds.valY, ys[i])
+		ds.ValX = append(ds.ValX, xs[i])
+		ds.ValY = append(ds.ValY, ys[i])
 	}
 	return ds, nil
 }
@@ -141,20 +158,20 @@ func parseCSV(r io.Reader) (xs [][]float64, ys []int, err error) {
 			continue
 		}
 		fields := strings.Split(text, ",")
-		if len(fields) != numInputs+1 {
-			return nil, nil, fmt.Errorf("line %d: %d columns, want %d (64 pixels and a label)", line, len(fields), numInputs+1)
+		if len(fields) != NumInputs+1 {
+			return nil, nil, fmt.Errorf("line %d: %d columns, want %d (64 pixels and a label)", line, len(fields), NumInputs+1)
 		}
-		x := make([]float64, numInputs)
-		for j := 0; j < numInputs; j++ {
+		x := make([]float64, NumInputs)
+		for j := 0; j < NumInputs; j++ {
 			v, err := strconv.ParseFloat(strings.TrimSpace(fields[j]), 64)
 			if err != nil || v < 0 || v > maxPixel {
 				return nil, nil, fmt.Errorf("line %d, column %d: %q: want a pixel count 0..16", line, j+1, fields[j])
 			}
 			x[j] = v / maxPixel
 		}
-		y, err := strconv.ParseFloat(strings.TrimSpace(fields[numInputs]), 64)
-		if err != nil || y != float64(int(y)) || y < 0 || y >= numClasses {
-			return nil, nil, fmt.Errorf("line %d, column %d: %q: want a label 0..9", line, numInputs+1, fields[numInputs])
+		y, err := strconv.ParseFloat(strings.TrimSpace(fields[NumInputs]), 64)
+		if err != nil || y != float64(int(y)) || y < 0 || y >= NumClasses {
+			return nil, nil, fmt.Errorf("line %d, column %d: %q: want a label 0..9", line, NumInputs+1, fields[NumInputs])
 		}
 		xs = append(xs, x)
 		ys = append(ys, int(y))
