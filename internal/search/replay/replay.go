@@ -405,18 +405,23 @@ func Run(t *Table, s search.Searcher, opt Options) (*Result, error) {
 }
 
 // Regret returns, after each epoch of the trace, the regret of the
-// incumbent: the configuration with the best value observed so far, scored
-// by how far its final value is from the table's best final value.
+// incumbent: the best configuration among those trained to the last epoch
+// so far, scored by how far its final value is from the table's best final
+// value. Before any configuration completes, it is the worst final's regret.
 func (t *Table) Regret(trace []Epoch) []float64 {
 	out := make([]float64, len(trace))
-	best := t.BestFinal()
-	inc, incVal := -1, 0.0
-	for i, e := range trace {
-		v := t.Configs[e.Config].Curve[e.Epoch-1]
-		if inc < 0 || t.better(v, incVal) {
-			inc, incVal = e.Config, v
+	best, worst := t.BestFinal(), t.BestFinal()
+	for i := range t.Configs {
+		if f := t.Final(i); t.better(worst, f) {
+			worst = f
 		}
-		out[i] = math.Abs(t.Final(inc) - best)
+	}
+	reg := math.Abs(worst - best)
+	for i, e := range trace {
+		if e.Epoch == t.Epochs {
+			reg = min(reg, math.Abs(t.Final(e.Config)-best))
+		}
+		out[i] = reg
 	}
 	return out
 }

@@ -36,10 +36,11 @@ func TestReadAndIndex(t *testing.T) {
 	if _, err := tb.Index(map[string]any{"lr": 0.1, "act": "gelu"}); err == nil {
 		t.Error("Index accepted a categorical value the table lacks")
 	}
-	// Regret: incumbent by best observed value, scored by its final value.
-	trace := []Epoch{{Config: 1, Epoch: 1}, {Config: 0, Epoch: 1}, {Config: 0, Epoch: 2}, {Config: 2, Epoch: 1}}
+	// Regret: the best completed configuration, by its final value; before
+	// any completes, the worst final's (0.7).
+	trace := []Epoch{{Config: 1, Epoch: 1}, {Config: 1, Epoch: 2}, {Config: 2, Epoch: 1}, {Config: 0, Epoch: 2}, {Config: 3, Epoch: 2}, {Config: 2, Epoch: 2}}
 	got := tb.Regret(trace)
-	want := []float64{0.6 - 0.3, 0.6 - 0.3, 0.5 - 0.3, 0}
+	want := []float64{0.7 - 0.3, 0.6 - 0.3, 0.6 - 0.3, 0.5 - 0.3, 0.5 - 0.3, 0}
 	for i := range want {
 		if d := got[i] - want[i]; d > 1e-12 || d < -1e-12 {
 			t.Errorf("regret after %d epochs = %g, want %g", i+1, got[i], want[i])
