@@ -60,6 +60,8 @@ var searchers = []struct {
 	{"tpe+hyperband-promote", spec.Searcher{Name: "tpe+hyperband", Sampler: "tpe", Stopper: "hyperband",
 		Settings: map[string]any{"max_resource": int64(27), "mode": "promote"}}},
 	{"tpe+median", spec.Searcher{Name: "tpe+median", Sampler: "tpe", Stopper: "median"}},
+	{"random+curve", spec.Searcher{Name: "random+curve", Sampler: "random", Stopper: "curve",
+		Settings: map[string]any{"max_resource": int64(27)}}},
 	{"pbt", spec.Searcher{Name: "pbt", Settings: map[string]any{"max_resource": int64(27), "population": int64(6), "interval": int64(3)}}},
 }
 
