@@ -127,3 +127,36 @@ seed: 42
 		t.Fatalf("stored child %+v, %v: lineage lost", got, err)
 	}
 }
+
+// TestCurvePredictionIsStored checks that the curve stopper's forecast
+// reaches the trial (and so the API and `virga trials`).
+func TestCurvePredictionIsStored(t *testing.T) {
+	h := newHarness(t)
+	h.start(newFakeBackend())
+	h.submit(`name: curve
+entrypoint: [sh, -c, "exit 0"]
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+searcher: {stopper: curve, max_resource: 30, min_steps: 4}
+objective: {metric: loss, direction: minimize}
+max_trials: 1
+seed: 42
+`)
+	s := h.nextStart()
+	h.started(s)
+	for step := int64(1); step <= 6; step++ {
+		h.report(s.AttemptID, step, 0.2+1/float64(step))
+	}
+	// Progress is written at most once a second.
+	var p *virga.Prediction
+	h.eventually("the prediction to be stored", func() bool {
+		tr, err := h.st.Trial(context.Background(), s.TrialID)
+		if err == nil {
+			p = tr.Prediction
+		}
+		return p != nil && p.Step == 6
+	})
+	if p.Step != 6 || p.Horizon != 30 || !(p.Mean > 0.15 && p.Mean < 0.4) || !(p.Std > 0) || p.ProbBetter != 1 {
+		t.Errorf("prediction %+v: want step 6, horizon 30, a mean near 0.23, a positive std, and probability 1 with no completed trial", *p)
+	}
+}
