@@ -60,6 +60,8 @@ type record struct {
 	Trace        [][3]float64 `json:"trace"`
 	Trials       int          `json:"trials"`
 	Seconds      float64      `json:"replay_seconds"` // real time the replay took
+
+	epochs []replay.Epoch
 }
 
 func main() {
@@ -117,10 +119,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("unknown method %q", name)
 		}
 		began := time.Now()
+		at := []float64{0.1, 0.25, 0.5, 0.75, 1}
+		mean := make([]float64, len(at))
 		for seed := range *seeds {
 			rec, err := runOne(t, name, s, seed, *workers, *budget)
 			if err != nil {
 				return fmt.Errorf("%s, seed %d: %w", name, seed, err)
+			}
+			reg := t.Regret(rec.epochs)
+			for i, f := range at {
+				if k := int(f*float64(*budget)) - 1; k < len(reg) {
+					mean[i] += reg[k] / float64(*seeds)
+				} else if len(reg) > 0 {
+					mean[i] += reg[len(reg)-1] / float64(*seeds)
+				}
 			}
 			b, err := json.Marshal(rec)
 			if err != nil {
@@ -129,7 +141,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 			bw.Write(b)
 			bw.WriteByte('\n')
 		}
-		fmt.Fprintf(stderr, "%-26s %d seeds in %v\n", name, *seeds, time.Since(began).Round(time.Millisecond))
+		fmt.Fprintf(stderr, "%-26s %d seeds in %8v; mean regret at 10/25/50/75/100%% of the budget: %.4f %.4f %.4f %.4f %.4f\n",
+			name, *seeds, time.Since(began).Round(time.Millisecond), mean[0], mean[1], mean[2], mean[3], mean[4])
 	}
 	return bw.Flush()
 }
@@ -145,6 +158,7 @@ func runOne(t *replay.Table, name string, s spec.Searcher, seed, workers, budget
 		return nil, err
 	}
 	rec := &record{Table: t.Name, Method: name, Seed: seed, Workers: workers, BudgetEpochs: budget, Trials: res.Trials}
+	rec.epochs = res.Trace
 	for _, e := range res.Trace {
 		rec.Trace = append(rec.Trace, [3]float64{float64(e.Config), float64(e.Epoch), e.Time})
 	}
