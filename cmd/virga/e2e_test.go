@@ -686,6 +686,55 @@ func TestExampleTPEASHA(t *testing.T) {
 	}
 }
 
+// TestExamplePBT runs the population based training example: members are
+// replaced by children that restore a strong member's checkpoint (their
+// trainer resumes at the parent's epoch) and record their lineage.
+func TestExamplePBT(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cmd := exec.Command(virgaBin, "run", "examples/digits-go/experiment-pbt.yaml", "--data-dir", state)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("virga run: %v\n%s", err, out)
+	}
+	b, err := exec.Command(virgaBin, "trials", "1", "--json", "--data-dir", state).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trials []virga.Trial
+	if err := json.Unmarshal(b, &trials); err != nil {
+		t.Fatal(err)
+	}
+	byID := map[int64]virga.Trial{}
+	for _, tr := range trials {
+		byID[tr.ID] = tr
+	}
+	children := 0
+	for _, tr := range trials {
+		if tr.Parent == 0 {
+			continue
+		}
+		children++
+		parent, ok := byID[tr.Parent]
+		if !ok || tr.ParentCheckpoint == "" || tr.ParentStep < 1 || tr.ParentStep >= 12 {
+			t.Errorf("trial %d: parent %d (known %v), checkpoint %q, step %d", tr.ID, tr.Parent, ok, tr.ParentCheckpoint, tr.ParentStep)
+		}
+		if tr.HParams["lr"] == parent.HParams["lr"] && tr.HParams["l2"] == parent.HParams["l2"] {
+			t.Errorf("trial %d has its parent's hyperparameters: nothing was explored", tr.ID)
+		}
+		logs, err := exec.Command(virgaBin, "logs", strconv.FormatInt(tr.ID, 10), "--data-dir", state).CombinedOutput()
+		if want := fmt.Sprintf("after epoch %d", tr.ParentStep); err != nil || !strings.Contains(string(logs), want) {
+			t.Errorf("trial %d: its log does not say it resumed %s (%v):\n%s", tr.ID, want, err, logs)
+		}
+	}
+	if children == 0 {
+		t.Fatalf("no trial continued from another:\n%s", b)
+	}
+}
+
 // TestInterruptLeavesRunning sends SIGINT to a non-interactive `virga run`:
 // the experiment is left running, its trials go on without the embedded
 // server, and a `virga server` on the same data directory adopts and

@@ -39,8 +39,10 @@ type pbt struct {
 
 type pbtState struct {
 	Members []*member `json:"members"`
-	// Pending are replacements decided but not yet proposed.
-	Pending []*member `json:"pending"`
+	// Due counts replacements decided but not yet proposed. Each one's
+	// parent is chosen when it is proposed, from the members running then,
+	// so that it continues from a checkpoint that is current.
+	Due int `json:"due"`
 }
 
 // member is one trial of the population.
@@ -101,7 +103,7 @@ func newPBT(e *spec.Experiment, seed uint64) (Searcher, error) {
 }
 
 func (p *pbt) live() int {
-	n := len(p.st.Pending)
+	n := p.st.Due
 	for _, m := range p.st.Members {
 		if !m.Ended {
 			n++
@@ -115,9 +117,13 @@ func (p *pbt) live() int {
 func (p *pbt) Propose() (Proposal, error) {
 	var m *member
 	switch {
-	case len(p.st.Pending) > 0:
-		m = p.st.Pending[0]
-		p.st.Pending = p.st.Pending[1:]
+	case p.st.Due > 0:
+		p.st.Due--
+		m = &member{HParams: p.sp.sample(p.rng)}
+		if top := p.top(nil); len(top) > 0 {
+			parent := top[p.rng.IntN(len(top))]
+			m = &member{HParams: p.explore(parent.HParams), Parent: parent.Trial, Step: parent.Step, Judged: parent.Step}
+		}
 	case len(p.st.Members) < p.limit && p.live() < p.population:
 		m = &member{HParams: p.sp.sample(p.rng)}
 	case p.live() > 0:
@@ -157,29 +163,46 @@ func (p *pbt) Observe(trialID int64, step int64, value float64) Decision {
 		return Continue
 	}
 	m.Judged = step
-	if len(p.st.Members)+len(p.st.Pending) >= p.limit {
+	if len(p.st.Members)+p.st.Due >= p.limit {
 		return Continue // no trial left to replace it with
 	}
+	peers := p.ranked()
+	k := p.cut(len(peers))
+	if len(peers) < 2 || slices.Index(peers, m) < len(peers)-k || len(p.top(m)) == 0 {
+		return Continue
+	}
+	p.st.Due++
+	return Stop
+}
+
+// ranked returns the running members that reported, best first.
+func (p *pbt) ranked() []*member {
 	var peers []*member
 	for _, o := range p.st.Members {
 		if !o.Ended && o.Reported && o.Trial != 0 {
 			peers = append(peers, o)
 		}
 	}
-	if len(peers) < 2 {
-		return Continue
-	}
 	slices.SortStableFunc(peers, func(a, b *member) int { return cmpFloat(a.Value, b.Value) })
-	k := max(1, int(math.Ceil(p.quantile*float64(len(peers)))))
-	if slices.Index(peers, m) < len(peers)-k {
-		return Continue
+	return peers
+}
+
+// cut returns how many of n members form the top (and the bottom) quantile.
+func (p *pbt) cut(n int) int {
+	return max(1, int(math.Ceil(p.quantile*float64(n))))
+}
+
+// top returns the running members of the top quantile that are not done
+// and are not except: the parents a replacement may continue from.
+func (p *pbt) top(except *member) []*member {
+	peers := p.ranked()
+	var out []*member
+	for _, o := range peers[:min(len(peers), p.cut(len(peers)))] {
+		if o != except && o.Step < p.maxR {
+			out = append(out, o)
+		}
 	}
-	parent := peers[p.rng.IntN(k)]
-	if parent == m {
-		return Continue
-	}
-	p.st.Pending = append(p.st.Pending, &member{HParams: p.explore(parent.HParams), Parent: parent.Trial})
-	return Stop
+	return out
 }
 
 // explore perturbs a configuration.
@@ -231,9 +254,6 @@ func (p *pbt) Snapshot() ([]byte, error) {
 	if st.Members == nil {
 		st.Members = []*member{}
 	}
-	if st.Pending == nil {
-		st.Pending = []*member{}
-	}
 	return json.Marshal(pbtSnapshot{Searcher: PBTName, Limit: p.limit, RNG: rng, State: st})
 }
 
@@ -249,9 +269,12 @@ func (p *pbt) Restore(b []byte) error {
 	if err := pcg.UnmarshalBinary(s.RNG); err != nil {
 		return fmt.Errorf("restoring pbt searcher: random state: %w", err)
 	}
+	if s.State.Due < 0 || len(s.State.Members)+s.State.Due > p.limit {
+		return fmt.Errorf("restoring pbt searcher: %d members and %d replacements due exceed max_trials %d", len(s.State.Members), s.State.Due, p.limit)
+	}
 	byTrial, byID := map[int64]*member{}, map[string]*member{}
-	for i, m := range append(slices.Clone(s.State.Members), s.State.Pending...) {
-		if m == nil {
+	for i, m := range s.State.Members {
+		if m == nil || m.Proposal != proposalID(i+1) {
 			return fmt.Errorf("restoring pbt searcher: member %d is malformed", i+1)
 		}
 		hp, err := p.sp.normalizePoint(m.HParams)
@@ -259,14 +282,9 @@ func (p *pbt) Restore(b []byte) error {
 			return fmt.Errorf("restoring pbt searcher: %w", err)
 		}
 		m.HParams = hp
-		if i < len(s.State.Members) {
-			if m.Proposal != proposalID(i+1) {
-				return fmt.Errorf("restoring pbt searcher: member %d is malformed", i+1)
-			}
-			byID[m.Proposal] = m
-			if m.Trial != 0 {
-				byTrial[m.Trial] = m
-			}
+		byID[m.Proposal] = m
+		if m.Trial != 0 {
+			byTrial[m.Trial] = m
 		}
 	}
 	*p.pcg = *pcg
