@@ -27,7 +27,20 @@ type adaptive struct {
 	records []*record
 	byTrial map[int64]*record
 	byID    map[string]*record
+	// seen holds the key of every configuration proposed, when the space is
+	// finite (no float parameter): see fresh.
+	seen map[string]bool
+	// redraw is whether a repeated configuration may be drawn again (not
+	// for grid, whose proposals never repeat).
+	redraw bool
 }
+
+// Draws of a new configuration before one already tried is accepted: first
+// from the sampler, then uniformly at random.
+const (
+	samplerRedraws = 8
+	randomRedraws  = 32
+)
 
 var _ Searcher = (*adaptive)(nil)
 
@@ -84,6 +97,7 @@ func newAdaptive(e *spec.Experiment, seed uint64) (Searcher, error) {
 		return nil, fmt.Errorf("max_trials must not be negative, got %d", e.MaxTrials)
 	}
 	a := &adaptive{
+		seen:    map[string]bool{},
 		name:    e.Searcher.Name,
 		sp:      sp,
 		limit:   e.MaxTrials,
@@ -99,6 +113,7 @@ func newAdaptive(e *spec.Experiment, seed uint64) (Searcher, error) {
 	}
 	a.pcg = rand.NewPCG(seed, pcgStream)
 	a.rng = rand.New(a.pcg)
+	a.redraw = sp.finite()
 	switch sampler := e.Searcher.Sampler; sampler {
 	case RandomName, "":
 		a.pick = func(_ int, r *rand.Rand, _ []Observation) (map[string]any, error) {
@@ -110,7 +125,7 @@ func newAdaptive(e *spec.Experiment, seed uint64) (Searcher, error) {
 			return nil, err
 		}
 		gen := g.(*listSearcher)
-		a.limit = gen.limit
+		a.limit, a.redraw = gen.limit, false
 		a.pick = func(i int, _ *rand.Rand, _ []Observation) (map[string]any, error) {
 			return gen.gen(i), nil
 		}
@@ -160,13 +175,16 @@ func (a *adaptive) Propose() (Proposal, error) {
 		}
 	}
 	if len(a.records) < a.limit {
-		hp, err := a.pick(len(a.records), a.rng, a.history())
+		hp, err := a.fresh()
 		if err != nil {
 			return Proposal{}, err
 		}
 		r := &record{Proposal: proposalID(len(a.records) + 1), HParams: hp}
 		a.records = append(a.records, r)
 		a.byID[r.Proposal] = r
+		if a.redraw {
+			a.seen[a.sp.key(hp)] = true
+		}
 		return Proposal{ID: r.Proposal, HParams: cloneHParams(hp)}, nil
 	}
 	for _, r := range a.records {
@@ -175,6 +193,35 @@ func (a *adaptive) Propose() (Proposal, error) {
 		}
 	}
 	return Proposal{}, ErrExhausted
+}
+
+// fresh returns the sampler's next configuration. In a finite space (ints,
+// categoricals and constants only) a configuration already proposed brings
+// nothing new, as its trial would train the same model again: it is drawn
+// anew from the sampler, then uniformly at random, before it is accepted.
+// (Optuna's TPE proposes such repeats; in a tabular benchmark they were 80%
+// of its trials.)
+func (a *adaptive) fresh() (map[string]any, error) {
+	hist := a.history()
+	hp, err := a.pick(len(a.records), a.rng, hist)
+	if err != nil || !a.redraw {
+		return hp, err
+	}
+	for range samplerRedraws {
+		if !a.seen[a.sp.key(hp)] {
+			return hp, nil
+		}
+		if hp, err = a.pick(len(a.records), a.rng, hist); err != nil {
+			return nil, err
+		}
+	}
+	for range randomRedraws {
+		if !a.seen[a.sp.key(hp)] {
+			return hp, nil
+		}
+		hp = a.sp.sample(a.rng)
+	}
+	return hp, nil
 }
 
 // history returns the observations of trials that reported and no longer
@@ -287,6 +334,7 @@ func (a *adaptive) Restore(snapshot []byte) error {
 	}
 	byTrial := make(map[int64]*record, len(st.Records))
 	byID := make(map[string]*record, len(st.Records))
+	seen := map[string]bool{}
 	for i, r := range st.Records {
 		if r == nil || r.Proposal != proposalID(i+1) {
 			return fmt.Errorf("restoring %s searcher: trial %d of the snapshot is malformed", a.name, i+1)
@@ -297,6 +345,9 @@ func (a *adaptive) Restore(snapshot []byte) error {
 		}
 		r.HParams = hp
 		byID[r.Proposal] = r
+		if a.redraw {
+			seen[a.sp.key(hp)] = true
+		}
 		if r.Trial != 0 {
 			byTrial[r.Trial] = r
 		}
@@ -307,6 +358,6 @@ func (a *adaptive) Restore(snapshot []byte) error {
 		}
 	}
 	*a.pcg = *pcg
-	a.records, a.byTrial, a.byID = st.Records, byTrial, byID
+	a.records, a.byTrial, a.byID, a.seen = st.Records, byTrial, byID, seen
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 
 	"github.com/virga-ml/virga/internal/spec"
 )
@@ -293,4 +294,24 @@ func toFloat(v any) (float64, bool) {
 		return x, true
 	}
 	return 0, false
+}
+
+// finite reports whether the space has finitely many points: no float
+// parameter (ints and categoricals are finite, constants one point).
+func (sp space) finite() bool {
+	for _, p := range sp {
+		if p.hp.Type == spec.HPFloat {
+			return false
+		}
+	}
+	return true
+}
+
+// key returns a string that identifies a point of the space.
+func (sp space) key(point map[string]any) string {
+	var b strings.Builder
+	for _, p := range sp {
+		fmt.Fprintf(&b, "%v\x00", point[p.name])
+	}
+	return b.String()
 }

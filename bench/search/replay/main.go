@@ -24,24 +24,31 @@ import (
 	"github.com/virga-ml/virga/internal/spec"
 )
 
-// methods are the searchers compared, by the name results carry.
+// methods are the searchers compared, by the name results carry. ASHA and
+// Hyperband use reduction_factor 3 and min_resource 1 (the "-r9" variants
+// min_resource epochs/9), as an experiment file would set them; the rest
+// are defaults.
 func methods(epochs int64) map[string]spec.Searcher {
 	rungs := func(sampler, stopper, mode string) spec.Searcher {
 		s := spec.Searcher{Name: sampler + "+" + stopper, Sampler: sampler, Stopper: stopper,
 			Settings: map[string]any{"max_resource": epochs, "reduction_factor": int64(3), "min_resource": int64(1), "mode": mode}}
 		return s
 	}
+	minR := max(1, epochs/9) // two halvings below the end
 	return map[string]spec.Searcher{
 		"virga random":            {Name: "random", Sampler: "random"},
 		"virga tpe":               {Name: "tpe", Sampler: "tpe"},
 		"virga random+asha":       rungs("random", "asha", "stop"),
+		"virga random+asha-promo": rungs("random", "asha", "promote"),
+		"virga random+asha-r9":    withSetting(rungs("random", "asha", "stop"), "min_resource", minR),
 		"virga tpe+asha":          rungs("tpe", "asha", "stop"),
 		"virga tpe+asha-promote":  rungs("tpe", "asha", "promote"),
+		"virga tpe+asha-r9":       withSetting(rungs("tpe", "asha", "stop"), "min_resource", minR),
+		"virga random+hyperband":  rungs("random", "hyperband", "stop"),
 		"virga tpe+hyperband":     rungs("tpe", "hyperband", "stop"),
 		"virga tpe+median":        {Name: "tpe+median", Sampler: "tpe", Stopper: "median"},
+		"virga random+curve":      {Name: "random+curve", Sampler: "random", Stopper: "curve", Settings: map[string]any{"max_resource": epochs}},
 		"virga tpe+curve":         {Name: "tpe+curve", Sampler: "tpe", Stopper: "curve", Settings: map[string]any{"max_resource": epochs}},
-		"virga tpe-mv+asha":       withSetting(rungs("tpe", "asha", "stop"), "multivariate", true),
-		"virga random+asha-promo": rungs("random", "asha", "promote"),
 	}
 }
 
@@ -77,7 +84,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	tablePath := fs.String("table", "", "table file (.json.gz)")
 	seeds := fs.Int("seeds", 20, "runs per method, seeds 0..n-1")
 	workers := fs.Int("workers", 4, "trials trained at once")
-	budget := fs.Int("budget-epochs", 0, "epochs per run (default 100 x the table's epochs)")
+	budget := fs.Int("budget-epochs", 0, "epochs per run (default 50 x the table's epochs)")
 	list := fs.String("methods", "", "comma-separated methods (default all)")
 	out := fs.String("out", "", "output file (default stdout)")
 	if err := fs.Parse(args); err != nil {
@@ -91,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *budget == 0 {
-		*budget = 100 * t.Epochs
+		*budget = 50 * t.Epochs
 	}
 	all := methods(int64(t.Epochs))
 	var names []string

@@ -142,9 +142,13 @@ func (t *Table) Check() error {
 	return nil
 }
 
-// Experiment returns the experiment a searcher is made from: the table's
-// space as ranges (int and float) and choices (categorical), its objective,
-// and the given searcher and max_trials.
+// Experiment returns the experiment a searcher is made from: its objective,
+// the given searcher and max_trials, and the table's space as the searcher
+// sees it: each int or float dimension as an int parameter over the indices
+// of its grid values (0..n-1, so a log-spaced grid is searched on a log
+// scale), each categorical dimension as a categorical parameter. Proposals
+// then name table entries exactly, and a searcher can tell a repeated
+// configuration from a new one.
 func (t *Table) Experiment(s spec.Searcher, maxTrials int) *spec.Experiment {
 	e := &spec.Experiment{
 		Name:            t.Name,
@@ -155,11 +159,9 @@ func (t *Table) Experiment(s spec.Searcher, maxTrials int) *spec.Experiment {
 		MaxConcurrent:   1,
 	}
 	for _, d := range t.Space {
-		h := &spec.Hyperparameter{Name: d.Name, Type: spec.HPType(d.Type), Log: d.Log}
-		if d.Type == "categorical" {
-			h.Values = d.Values
-		} else {
-			h.Min, h.Max = d.Values[0].(float64), d.Values[len(d.Values)-1].(float64)
+		h := &spec.Hyperparameter{Name: d.Name, Type: spec.HPCategorical, Values: d.Values}
+		if d.Type != "categorical" {
+			h = &spec.Hyperparameter{Name: d.Name, Type: spec.HPInt, Min: 0, Max: float64(len(d.Values) - 1)}
 		}
 		e.Hyperparameters[d.Name] = h
 		e.Order = append(e.Order, d.Name)
@@ -167,9 +169,9 @@ func (t *Table) Experiment(s spec.Searcher, maxTrials int) *spec.Experiment {
 	return e
 }
 
-// Index returns the configuration nearest to a proposal: each int or float
-// value snapped to the nearest grid value (in log space when the dimension
-// is log), categoricals matched as they are.
+// Index returns the configuration a proposal names: the grid index of each
+// int or float dimension (rounded and clamped to the grid), the value of
+// each categorical dimension.
 func (t *Table) Index(hp map[string]any) (int, error) {
 	idx := 0
 	for _, d := range t.Space {
@@ -185,21 +187,8 @@ func (t *Table) Index(hp map[string]any) (int, error) {
 					break
 				}
 			}
-		} else {
-			x, ok := number(v)
-			if !ok {
-				return 0, fmt.Errorf("%s = %v is not a number", d.Name, v)
-			}
-			best := math.Inf(1)
-			for i, c := range d.Values {
-				dist := math.Abs(c.(float64) - x)
-				if d.Log {
-					dist = math.Abs(math.Log(c.(float64)) - math.Log(x))
-				}
-				if dist < best {
-					best, k = dist, i
-				}
-			}
+		} else if x, ok := number(v); ok && !math.IsNaN(x) {
+			k = int(min(max(math.Round(x), 0), float64(len(d.Values)-1)))
 		}
 		if k < 0 {
 			return 0, fmt.Errorf("%s = %v is not in the table", d.Name, v)
@@ -207,6 +196,23 @@ func (t *Table) Index(hp map[string]any) (int, error) {
 		idx = idx*len(d.Values) + k
 	}
 	return idx, nil
+}
+
+// Point returns the proposal that names configuration i, as Experiment's
+// space writes it.
+func (t *Table) Point(i int) map[string]any {
+	p := make(map[string]any, len(t.Space))
+	for d := len(t.Space) - 1; d >= 0; d-- {
+		dim := t.Space[d]
+		k := i % len(dim.Values)
+		i /= len(dim.Values)
+		if dim.Type == "categorical" {
+			p[dim.Name] = dim.Values[k]
+		} else {
+			p[dim.Name] = int64(k)
+		}
+	}
+	return p
 }
 
 func number(v any) (float64, bool) {

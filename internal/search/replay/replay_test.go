@@ -23,10 +23,10 @@ func TestReadAndIndex(t *testing.T) {
 		hp   map[string]any
 		want int
 	}{
-		{map[string]any{"lr": 0.011, "act": "relu"}, 0},
-		{map[string]any{"lr": 0.03, "act": "tanh"}, 1},  // log midpoint is 0.0316: nearer 0.01
-		{map[string]any{"lr": 0.033, "act": "relu"}, 2}, // past the log midpoint
-		{map[string]any{"lr": 5.0, "act": "tanh"}, 3},
+		{map[string]any{"lr": int64(0), "act": "relu"}, 0},
+		{map[string]any{"lr": int64(0), "act": "tanh"}, 1},
+		{map[string]any{"lr": int64(1), "act": "relu"}, 2},
+		{map[string]any{"lr": 5.0, "act": "tanh"}, 3}, // clamped to the grid
 	} {
 		got, err := tb.Index(tt.hp)
 		if err != nil || got != tt.want {
@@ -71,8 +71,8 @@ func FuzzRead(f *testing.F) {
 			return
 		}
 		// A table that passes Check can be indexed and scored.
-		for i, c := range tb.Configs {
-			if got, err := tb.Index(c.HParams); err != nil || got != i {
+		for i := range tb.Configs {
+			if got, err := tb.Index(tb.Point(i)); err != nil || got != i {
 				t.Fatalf("configuration %d indexes as %d (%v)", i, got, err)
 			}
 		}
