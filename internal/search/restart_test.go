@@ -1,6 +1,7 @@
 package search_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -176,5 +177,43 @@ func TestUnknownStopper(t *testing.T) {
 	_, err := search.New(e, 1)
 	if err == nil || !strings.Contains(err.Error(), `unknown searcher "nope"`) {
 		t.Fatalf("error %v, want one naming the unknown stopper", err)
+	}
+}
+
+// TestFiniteSpaceProposesNoRepeats checks that in a finite space TPE, and
+// random sampling under a stopper, try every configuration once before any
+// twice (the plain random searcher is the textbook baseline and may repeat).
+func TestFiniteSpaceProposesNoRepeats(t *testing.T) {
+	e := &spec.Experiment{
+		Hyperparameters: map[string]*spec.Hyperparameter{
+			"a": {Name: "a", Type: spec.HPInt, Min: 0, Max: 3},
+			"b": {Name: "b", Type: spec.HPCategorical, Values: []any{"x", "y", "z"}},
+		},
+		Order:     []string{"a", "b"},
+		Objective: spec.Objective{Metric: "loss", Direction: spec.Minimize},
+		MaxTrials: 12,
+	}
+	for _, sampler := range []string{"random", "tpe"} {
+		e.Searcher = spec.Searcher{Name: sampler + "+median", Sampler: sampler, Stopper: "median", Settings: map[string]any{"startup_trials": int64(3)}}
+		s, err := search.New(e, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for i := range 12 {
+			p, err := s.Propose()
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := fmt.Sprint(p.HParams["a"], p.HParams["b"])
+			if seen[key] {
+				t.Errorf("%s: proposal %d repeats %s before every configuration was tried", sampler, i+1, key)
+			}
+			seen[key] = true
+			id := int64(i + 1)
+			s.Created(p.ID, id)
+			s.Observe(id, 1, float64(p.HParams["a"].(int64)))
+			s.Ended(id, search.Completed)
+		}
 	}
 }
