@@ -1,6 +1,7 @@
 package search
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -61,7 +62,15 @@ type record struct {
 	Reported bool           `json:"r,omitempty"`
 	Status   int8           `json:"st,omitempty"`
 	Complete bool           `json:"c,omitempty"` // ended by running to its end
+
+	// enc caches the record's JSON for Snapshot; nil after any change
+	// (touch). Most records belong to trials that ended and never change,
+	// so a snapshot re-encodes only the few that did.
+	enc []byte
 }
+
+// touch marks the record changed since its last encoding.
+func (r *record) touch() { r.enc = nil }
 
 // stopper decides, from the values trials report, which trials go on. It
 // draws no randomness; its state is saved with the searcher's.
@@ -171,6 +180,7 @@ func (a *adaptive) Propose() (Proposal, error) {
 	if a.stop != nil {
 		if r := a.stop.promote(); r != nil {
 			r.Status = running
+			r.touch()
 			return Proposal{ID: r.Proposal, Resume: r.Trial}, nil
 		}
 	}
@@ -247,6 +257,7 @@ func (a *adaptive) Created(id string, trialID int64) {
 		delete(a.byTrial, r.Trial)
 	}
 	r.Trial = trialID
+	r.touch()
 	a.byTrial[trialID] = r
 }
 
@@ -259,6 +270,7 @@ func (a *adaptive) Observe(trialID int64, step int64, value float64) Decision {
 	v := a.sign * value
 	if !r.Reported || step >= r.Step {
 		r.Step, r.Value, r.Reported = step, v, true
+		r.touch()
 	}
 	if a.stop == nil || r.Status != running {
 		return Continue
@@ -266,6 +278,7 @@ func (a *adaptive) Observe(trialID int64, step int64, value float64) Decision {
 	d := a.stop.report(r, step, v)
 	if d == Pause {
 		r.Status = paused
+		r.touch()
 	}
 	return d
 }
@@ -277,6 +290,7 @@ func (a *adaptive) Ended(trialID int64, outcome Outcome) {
 		return
 	}
 	r.Status, r.Complete = ended, outcome == Completed
+	r.touch()
 	if a.stop != nil {
 		a.stop.ended(r)
 	}
@@ -290,26 +304,58 @@ func (a *adaptive) Prediction(trialID int64) *virga.Prediction {
 	return nil
 }
 
-// Snapshot returns the searcher's state as JSON, random source included.
+// Snapshot returns the searcher's state as JSON (adaptiveState), random
+// source included. Records are encoded once and again only after a change.
 func (a *adaptive) Snapshot() ([]byte, error) {
-	st := adaptiveState{Searcher: a.name, Limit: a.limit, Records: a.records}
-	if st.Records == nil {
-		st.Records = []*record{}
-	}
-	var err error
-	if st.RNG, err = a.pcg.MarshalBinary(); err != nil {
-		return nil, fmt.Errorf("snapshotting %s searcher: saving random state: %w", a.name, err)
-	}
-	if a.stop != nil {
-		if st.Stopper, err = a.stop.save(); err != nil {
-			return nil, fmt.Errorf("snapshotting %s searcher: %w", a.name, err)
-		}
-	}
-	b, err := json.Marshal(st)
-	if err != nil {
+	fail := func(err error) ([]byte, error) {
 		return nil, fmt.Errorf("snapshotting %s searcher: %w", a.name, err)
 	}
-	return b, nil
+	rng, err := a.pcg.MarshalBinary()
+	if err != nil {
+		return fail(err)
+	}
+	head, err := json.Marshal(adaptiveState{Searcher: a.name, Limit: a.limit, RNG: rng})
+	if err != nil {
+		return fail(err)
+	}
+	var stop json.RawMessage
+	if a.stop != nil {
+		if stop, err = a.stop.save(); err != nil {
+			return fail(err)
+		}
+	}
+	size := len(head) + len(stop) + 32
+	for _, r := range a.records {
+		if r.enc == nil {
+			if r.enc, err = json.Marshal(r); err != nil {
+				return fail(err)
+			}
+		}
+		size += len(r.enc) + 1
+	}
+	// head is {"searcher":...,"limit":...,"records":null,"rng":"..."}:
+	// replace its records and add the stopper.
+	const nullRecords = `"records":null`
+	i := bytes.Index(head, []byte(nullRecords))
+	if i < 0 {
+		return fail(fmt.Errorf("unexpected encoding %s", head))
+	}
+	b := make([]byte, 0, size)
+	b = append(b, head[:i]...)
+	b = append(b, `"records":[`...)
+	for j, r := range a.records {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, r.enc...)
+	}
+	b = append(b, ']')
+	b = append(b, head[i+len(nullRecords):len(head)-1]...)
+	if stop != nil {
+		b = append(b, `,"stopper":`...)
+		b = append(b, stop...)
+	}
+	return append(b, '}'), nil
 }
 
 // Restore replaces the state with a snapshot taken from a searcher of the

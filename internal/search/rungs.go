@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 )
 
 // rungs is asynchronous successive halving (ASHA; Li et al., MLSys 2020),
@@ -37,7 +38,7 @@ type rungsState struct {
 	// Rungs holds, per bracket and rung, the trials that reached it.
 	Rungs [][][]rungEntry `json:"rungs"`
 	// Trials maps a trial to its bracket and the next rung it will reach.
-	Trials map[int64]*rungTrial `json:"trials"`
+	Trials trialRungs `json:"trials"`
 	// Credit is the smooth weighted round robin's state: a counter per bracket.
 	Credit []float64 `json:"credit"`
 	// byTrial is the searcher's records, for promotion; not saved.
@@ -53,6 +54,54 @@ type rungEntry struct {
 type rungTrial struct {
 	Bracket int `json:"b"`
 	Next    int `json:"n"`
+}
+
+// trialRungs maps trials to their place; it is saved as a list of
+// [trial, bracket, next] sorted by trial, which encodes several times
+// faster than a JSON object with a key per trial.
+type trialRungs map[int64]*rungTrial
+
+func (m trialRungs) MarshalJSON() ([]byte, error) {
+	ids := make([]int64, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	b := make([]byte, 0, 16*len(ids)+2)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		t := m[id]
+		b = append(b, '[')
+		b = strconv.AppendInt(b, id, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(t.Bracket), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(t.Next), 10)
+		b = append(b, ']')
+	}
+	return append(b, ']'), nil
+}
+
+func (m *trialRungs) UnmarshalJSON(b []byte) error {
+	var list [][3]int64
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	out := make(trialRungs, len(list))
+	for _, e := range list {
+		if _, dup := out[e[0]]; dup {
+			return fmt.Errorf("trial %d appears twice", e[0])
+		}
+		if e[1] < 0 || e[1] > math.MaxInt32 || e[2] < 0 || e[2] > math.MaxInt32 {
+			return fmt.Errorf("trial %d: bracket %d, rung %d out of range", e[0], e[1], e[2])
+		}
+		out[e[0]] = &rungTrial{Bracket: int(e[1]), Next: int(e[2])}
+	}
+	*m = out
+	return nil
 }
 
 func newRungs(mode string, minR, maxR, eta int64, hyperband bool) (*rungs, error) {
@@ -97,7 +146,7 @@ func newRungs(mode string, minR, maxR, eta int64, hyperband bool) (*rungs, error
 }
 
 func (s *rungs) fresh() rungsState {
-	return rungsState{Rungs: make([][][]rungEntry, len(s.mins)), Trials: map[int64]*rungTrial{}, Credit: make([]float64, len(s.mins)), byTrial: map[int64]*record{}}
+	return rungsState{Rungs: make([][][]rungEntry, len(s.mins)), Trials: trialRungs{}, Credit: make([]float64, len(s.mins)), byTrial: map[int64]*record{}}
 }
 
 // resource returns the step of bracket b's k-th rung, or 0 when there is
@@ -236,7 +285,7 @@ func (s *rungs) load(b json.RawMessage, byTrial map[int64]*record) error {
 		return fmt.Errorf("rungs: snapshot has %d brackets, this search %d (did the experiment change?)", len(st.Rungs), len(s.mins))
 	}
 	if st.Trials == nil {
-		st.Trials = map[int64]*rungTrial{}
+		st.Trials = trialRungs{}
 	}
 	st.byTrial = map[int64]*record{}
 	for id, t := range st.Trials {
