@@ -671,7 +671,10 @@ func TestExampleTPEASHA(t *testing.T) {
 			}
 		}
 	}
-	if len(trials) != 15 || completed == 0 || notPromoted == 0 || resumed < completed {
+	// Which trials pause depends on the order trials finish epochs; a trial
+	// promotable at once goes on without pausing, so not every completed
+	// trial was resumed.
+	if len(trials) != 15 || completed == 0 || notPromoted == 0 || resumed == 0 {
 		t.Fatalf("%d trials: %d completed, %d not promoted, %d resumed; want 15 with some of each\n%s", len(trials), completed, notPromoted, resumed, out)
 	}
 	cmd = exec.Command(virgaBin, "best", "1", "--json", "--data-dir", state)
