@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Virga's whole test suite, from a fresh clone on a fresh Debian machine:
-# installs what is missing (PostgreSQL, Python with PyTorch), starts PostgreSQL,
+# installs what is missing (PostgreSQL, Python with PyTorch, Optuna and matplotlib), starts PostgreSQL,
 # runs every Go test with the race detector, the Python tests, and a short fuzz
 # pass of every parser, then stops what it started.
 #   scripts/test.sh            everything
@@ -12,6 +12,7 @@ export PATH=$PATH:/usr/local/go/bin
 need=()
 command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /usr/lib/postgresql/15 ] || need+=(postgresql)
 /usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
+/usr/bin/python3 -c 'import optuna, matplotlib' >/dev/null 2>&1 || need+=(python3-optuna python3-matplotlib)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -36,11 +37,13 @@ go vet ./...
 echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/virga-go-test.log
 
-echo "== python tests (SDK and the PyTorch example)"
+echo "== python tests (SDK, the PyTorch example, the search benchmark's scorer and Optuna replay)"
 /usr/bin/python3 -m unittest discover -s sdk/python -t sdk/python
 if [ -f examples/digits-torch/test_train.py ]; then
   /usr/bin/python3 -m unittest discover -s examples/digits-torch -p 'test_*.py'
 fi
+/usr/bin/python3 -m unittest discover -s bench/search -p 'test_*.py'
+
 
 if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
   echo "== fuzz (15s per parser: experiment files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves)"
