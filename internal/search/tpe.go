@@ -156,7 +156,7 @@ func tpeSettingsFrom(settings map[string]any) (tpeSettings, error) {
 		st.Multivariate = b
 	}
 	if v, ok := settings["gamma"]; ok {
-		f, isNum := settingFloat(v)
+		f, isNum := toFloat(v)
 		if !isNum {
 			return st, fmt.Errorf("tpe setting gamma: expected a number, got %s", describeSetting(v))
 		}
@@ -166,7 +166,7 @@ func tpeSettingsFrom(settings map[string]any) (tpeSettings, error) {
 		st.Gamma = f
 	}
 	if v, ok := settings["prior_weight"]; ok {
-		f, isNum := settingFloat(v)
+		f, isNum := toFloat(v)
 		if !isNum {
 			return st, fmt.Errorf("tpe setting prior_weight: expected a number, got %s", describeSetting(v))
 		}
@@ -180,7 +180,7 @@ func tpeSettingsFrom(settings map[string]any) (tpeSettings, error) {
 
 // tpeIntSetting reads a whole-number setting within [lo, hi].
 func tpeIntSetting(key string, v any, lo, hi int64) (int, error) {
-	f, isNum := settingFloat(v)
+	f, isNum := toFloat(v)
 	if !isNum {
 		return 0, fmt.Errorf("tpe setting %s: expected an integer, got %s", key, describeSetting(v))
 	}
@@ -191,19 +191,6 @@ func tpeIntSetting(key string, v any, lo, hi int64) (int, error) {
 		return 0, fmt.Errorf("tpe setting %s: must be between %d and %d (got %g)", key, lo, hi, f)
 	}
 	return int(f), nil
-}
-
-// settingFloat returns a numeric setting as a float64.
-func settingFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return float64(x), true
-	case int:
-		return float64(x), true
-	case float64:
-		return x, true
-	}
-	return 0, false
 }
 
 // describeSetting names a setting value's kind for an error message.

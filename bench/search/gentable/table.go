@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/virga-ml/virga/internal/search/replay"
 )
 
 // Table is a tabular benchmark in the layout of bench/search/FORMAT.md: the
@@ -26,13 +28,9 @@ type Table struct {
 	Configs   []Config `json:"configs"`
 }
 
-// Dim is one dimension of a table's search space.
-type Dim struct {
-	Name   string `json:"name"`
-	Type   string `json:"type"` // int, float or categorical
-	Log    bool   `json:"log,omitempty"`
-	Values []any  `json:"values"` // float64 (int and float dimensions) or string
-}
+// Dim is one dimension of a table's search space: the type the replay
+// reads (values are float64 for int and float dimensions, or strings).
+type Dim = replay.Dim
 
 // Config is one point of the grid and what training it measured.
 type Config struct {
