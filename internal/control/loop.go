@@ -381,6 +381,10 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 		t.State, t.Message = virga.TrialPaused, pausedByUser
 	case reason == stopSearchPause:
 		t.State, t.Message = virga.TrialPaused, pausedBySearcher
+		if pa, ok := es.searcher.(search.PauseAware); ok {
+			pa.Paused(t.ID) // from now on it may be promoted
+			es.dirty = true
+		}
 	case reason == stopEarly || reason == stopUser:
 		msg := "stopped early by the searcher"
 		if reason == stopUser {
@@ -427,8 +431,10 @@ func (c *Controller) afterStopWhileInactive(it *iteration, ts *trialState, now t
 }
 
 const (
-	pausedByUser     = "paused by user"
-	pausedBySearcher = "paused by the searcher"
+	pausedByUser       = "paused by user"
+	pausedBySearcher   = "paused by the searcher"
+	pausingBySearcher  = "pausing: the searcher paused it at this step"
+	stoppingBySearcher = "stopping: the searcher stopped it early"
 )
 
 func ckptName(id string) string {
@@ -628,7 +634,7 @@ func (c *Controller) propose(it *iteration, es *expState, running int) *trialSta
 	}
 	if p.Resume != 0 {
 		ts := c.trials[p.Resume]
-		if ts == nil || ts.exp != es || ts.t.State.Terminal() || ts.attempt != nil {
+		if ts == nil || ts.exp != es || ts.t.State != virga.TrialPaused || ts.attempt != nil {
 			c.log.Error("searcher asked to resume a trial that cannot be resumed", "experiment", es.exp.ID, "trial", p.Resume)
 			return nil
 		}

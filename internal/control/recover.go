@@ -239,11 +239,15 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		}
 		c.setLive(la)
 		c.startedSeen[a.ID] = true
-		switch ts.exp.exp.State {
-		case virga.ExperimentPaused:
+		switch {
+		case ts.exp.exp.State == virga.ExperimentPaused:
 			ts.stopping = stopPause
-		case virga.ExperimentStopping:
+		case ts.exp.exp.State == virga.ExperimentStopping:
 			ts.stopping = stopUser
+		case ts.t.Message == pausingBySearcher:
+			ts.stopping = stopSearchPause
+		case ts.t.Message == stoppingBySearcher:
+			ts.stopping = stopEarly
 		}
 		if a.Backend == apiBackend {
 			continue

@@ -184,8 +184,12 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 			b := v
 			t.Best, t.BestStep = &b, r.rep.Step
 		}
-		d = es.searcher.Observe(t.ID, r.rep.Step, v)
-		es.dirty = true
+		// A trial already being stopped or paused is not judged again: the
+		// searcher would decide for a trial that control ends anyway.
+		if ts.stopping == notStopping {
+			d = es.searcher.Observe(t.ID, r.rep.Step, v)
+			es.dirty = true
+		}
 		if pr, ok := es.searcher.(search.Predictor); ok {
 			if p := pr.Prediction(t.ID); p != nil && (t.Prediction == nil || *p != *t.Prediction) {
 				t.Prediction = p
@@ -195,10 +199,14 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 	if ts.stopping != notStopping {
 		d = search.Stop
 	} else if d != search.Continue {
-		ts.stopping = stopEarly
+		// The decision is written with the trial (and with the searcher's
+		// snapshot that made it), so that a restarted server still knows
+		// why the process is exiting.
+		ts.stopping, t.Message = stopEarly, stoppingBySearcher
 		if d == search.Pause {
-			ts.stopping = stopSearchPause
+			ts.stopping, t.Message = stopSearchPause, pausingBySearcher
 		}
+		it.touchTrial(ts)
 		a := ts.attempt
 		grace := es.spec.StopGrace.D()
 		it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: "trial.decision",

@@ -4,9 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
 )
 
 // TestASHAPromoteThroughControl runs ASHA in promote mode with the fake
@@ -158,5 +161,100 @@ seed: 42
 	})
 	if p.Step != 6 || p.Horizon != 30 || !(p.Mean > 0.15 && p.Mean < 0.4) || !(p.Std > 0) || p.ProbBetter != 1 {
 		t.Errorf("prediction %+v: want step 6, horizon 30, a mean near 0.23, a positive std, and probability 1 with no completed trial", *p)
+	}
+}
+
+const ashaPromoteYAML = `name: asha
+entrypoint: [sh, -c, "exit 0"]
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+searcher: {sampler: random, stopper: asha, mode: promote, min_resource: 1, max_resource: 2, reduction_factor: 2}
+objective: {metric: loss, direction: minimize}
+max_trials: 3
+max_concurrent: 3
+seed: 42
+`
+
+// TestPromotionWaitsForThePauseToEnd: a trial told to pause is promoted
+// only once its process has exited, so a slot freed meanwhile does not
+// lose the promotion (the searcher used to promote it while it was still
+// checkpointing, control refused, and no trial ever completed).
+func TestPromotionWaitsForThePauseToEnd(t *testing.T) {
+	h := newHarness(t)
+	h.start(newFakeBackend())
+	e := h.submit(ashaPromoteYAML)
+	s1, s2, s3 := h.nextStart(), h.nextStart(), h.nextStart()
+	for _, s := range []*backend.StartSpec{s1, s2, s3} {
+		h.started(s)
+	}
+	writeCkpt(t, s1, "t1")
+	h.report(s1.AttemptID, 1, 0.1) // alone at the rung: pauses
+	writeCkpt(t, s2, "t2")
+	h.report(s2.AttemptID, 1, 0.5) // second: t1 is the top half, t2 pauses
+	if tr := h.trial(s1.TrialID); tr.Message != "pausing: the searcher paused it at this step" {
+		t.Errorf("pausing trial's message %q", tr.Message)
+	}
+	h.exited(s2.AttemptID, 0) // t2 exits first: t1 is still checkpointing
+	h.noStart(100 * time.Millisecond)
+	h.exited(s1.AttemptID, 0)
+	s4 := h.nextStart()
+	if s4.TrialID != s1.TrialID {
+		t.Fatalf("started trial %d, want trial %d promoted once paused", s4.TrialID, s1.TrialID)
+	}
+	h.started(s4)
+	h.report(s4.AttemptID, 2, 0.05)
+	h.exited(s4.AttemptID, 0)
+	h.report(s3.AttemptID, 1, 0.9)
+	h.exited(s3.AttemptID, 0)
+	h.waitTrial(s1.TrialID, virga.TrialCompleted)
+	h.waitExp(e.ID, virga.ExperimentCompleted)
+}
+
+// TestCrashWhilePausing: the server dies after a trial was told to pause
+// and before its process exits. After recovery the exit is the pause it
+// was (not a failure to restart), and the trial can be promoted.
+func TestCrashWhilePausing(t *testing.T) {
+	h := newHarness(t)
+	h.start(&adoptingBackend{newFakeBackend()})
+	e := h.submit(strings.Replace(ashaPromoteYAML, "max_concurrent: 3", "max_concurrent: 1", 1))
+	s1 := h.nextStart()
+	h.started(s1)
+	writeCkpt(t, s1, "t1")
+	if d := h.report(s1.AttemptID, 1, 0.1); d != "stop" {
+		t.Fatalf("decision %s, want stop (pause)", d)
+	}
+	h.crash()
+	h.start(&adoptingBackend{newFakeBackend()})
+	h.exited(s1.AttemptID, 0)
+	tr := h.waitTrial(s1.TrialID, virga.TrialPaused)
+	if tr.Restarts != 0 || tr.Message != "paused by the searcher" {
+		t.Fatalf("after recovery the pause became restarts=%d, %q", tr.Restarts, tr.Message)
+	}
+	// The search goes on: the other trials run, the best one finishes.
+	for {
+		s := h.nextStart()
+		h.started(s)
+		step := int64(1)
+		if s.TrialID == s1.TrialID {
+			step = 2
+		}
+		h.report(s.AttemptID, step, 0.3+0.1*float64(s.TrialID))
+		h.exited(s.AttemptID, 0)
+		if ex := h.exp(e.ID); ex.State == virga.ExperimentCompleted {
+			break
+		}
+		if h.trial(s1.TrialID).State == virga.TrialCompleted {
+			break
+		}
+	}
+	h.waitExp(e.ID, virga.ExperimentCompleted)
+	completed := 0
+	for _, tr := range h.trials(e.ID) {
+		if tr.State == virga.TrialCompleted {
+			completed++
+		}
+	}
+	if completed == 0 {
+		t.Error("no trial completed: the search ended with every trial paused")
 	}
 }

@@ -50,6 +50,7 @@ const (
 	running int8 = iota // proposed, created or running
 	paused              // paused by the stopper, waiting for promotion
 	ended               // ended for good
+	pausing             // told to pause; paused once its process has exited (Paused)
 )
 
 // record is what an adaptive searcher knows of one proposal and its trial.
@@ -198,11 +199,35 @@ func (a *adaptive) Propose() (Proposal, error) {
 		return Proposal{ID: r.Proposal, HParams: cloneHParams(hp)}, nil
 	}
 	for _, r := range a.records {
-		if r.Status == running {
+		if r.Status == running || r.Status == pausing {
 			return Proposal{}, ErrWait
 		}
 	}
+	// No trial runs and none can start: if none reached the end, the best
+	// trial of the highest rung finishes, so that the search has at least
+	// one fully trained result.
+	if f, ok := a.stop.(finisher); ok && !a.anyComplete() {
+		if r := f.finish(); r != nil {
+			r.Status = running
+			r.touch()
+			return Proposal{ID: r.Proposal, Resume: r.Trial}, nil
+		}
+	}
 	return Proposal{}, ErrExhausted
+}
+
+// finisher is a stopper that can pick a paused trial to run to its end.
+type finisher interface {
+	finish() *record
+}
+
+func (a *adaptive) anyComplete() bool {
+	for _, r := range a.records {
+		if r.Complete {
+			return true
+		}
+	}
+	return false
 }
 
 // fresh returns the sampler's next configuration. In a finite space (ints,
@@ -272,15 +297,30 @@ func (a *adaptive) Observe(trialID int64, step int64, value float64) Decision {
 		r.Step, r.Value, r.Reported = step, v, true
 		r.touch()
 	}
-	if a.stop == nil || r.Status != running {
+	if r.Status == pausing || r.Status == paused {
+		// It reports, so it runs: its pause did not happen (the user
+		// resumed it first, say).
+		r.Status = running
+		r.touch()
+	}
+	if a.stop == nil {
 		return Continue
 	}
 	d := a.stop.report(r, step, v)
 	if d == Pause {
-		r.Status = paused
+		r.Status = pausing
 		r.touch()
 	}
 	return d
+}
+
+// Paused records that a trial the stopper paused has exited: it may be
+// promoted from now on. Until then it still holds its slot.
+func (a *adaptive) Paused(trialID int64) {
+	if r, ok := a.byTrial[trialID]; ok && r.Status == pausing {
+		r.Status = paused
+		r.touch()
+	}
 }
 
 // Ended records that a trial ended.

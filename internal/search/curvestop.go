@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/search/curve"
@@ -51,14 +52,17 @@ func (c *curveStopper) report(r *record, step int64, v float64) Decision {
 		c.st.Live[r.Trial] = lc
 	}
 	lc.add(step, v)
-	if len(lc.Steps) < c.minSteps || step >= c.max {
+	// The curve families are functions of steps from 1: a step 0 (a value
+	// before training) is left out of the fit.
+	first, _ := slices.BinarySearch(lc.Steps, 1)
+	if len(lc.Steps)-first < c.minSteps || step >= c.max {
 		return Continue
 	}
-	xs := make([]float64, len(lc.Steps))
-	for i, s := range lc.Steps {
-		xs[i] = float64(s)
+	xs := make([]float64, 0, len(lc.Steps)-first)
+	for _, s := range lc.Steps[first:] {
+		xs = append(xs, float64(s))
 	}
-	f, err := curve.Predict(xs, lc.Values, float64(c.max))
+	f, err := curve.Predict(xs, lc.Values[first:], float64(c.max))
 	if err != nil || math.IsNaN(f.Mean) || math.IsInf(f.Mean, 0) || math.IsNaN(f.Std) || math.IsInf(f.Std, 0) {
 		return Continue
 	}

@@ -34,16 +34,14 @@ func newMedian(minTrials, warmup int64) *median {
 	return &median{minTrials: int(max(minTrials, 1)), warmup: warmup, st: medianState{Done: map[int64][]float64{}, Live: map[int64]*liveCurve{}}}
 }
 
-// add appends a point to a trial's curve, replacing a repeated step.
+// add appends a point to a trial's curve. A step at or before the last one
+// (a trial restarted from an earlier checkpoint reports its steps again)
+// first drops the points from that step on, so the curve stays increasing
+// and holds each step once.
 func (c *liveCurve) add(step int64, v float64) {
-	if n := len(c.Steps); n > 0 && c.Steps[n-1] == step {
-		c.Values[n-1] = v
-	} else {
-		c.Steps, c.Values = append(c.Steps, step), append(c.Values, v)
-	}
-	if len(c.Values) == 1 || v < c.Best {
-		c.Best = v
-	}
+	i, _ := slices.BinarySearch(c.Steps, step)
+	c.Steps, c.Values = append(c.Steps[:i], step), append(c.Values[:i], v)
+	c.Best = slices.Min(c.Values)
 }
 
 func (m *median) report(r *record, step int64, v float64) Decision {

@@ -57,6 +57,9 @@ type member struct {
 	Ended    bool           `json:"e,omitempty"`
 	// Judged is the step of the member's last comparison.
 	Judged int64 `json:"j,omitempty"`
+	// Replaced is set when the member was told to stop for a replacement:
+	// it no longer counts among the running members.
+	Replaced bool `json:"x,omitempty"`
 }
 
 type pbtSnapshot struct {
@@ -153,7 +156,7 @@ func (p *pbt) Created(id string, trialID int64) {
 // the bottom quantile by a perturbed copy of one of the top quantile.
 func (p *pbt) Observe(trialID int64, step int64, value float64) Decision {
 	m, ok := p.byTrial[trialID]
-	if !ok || m.Ended || math.IsNaN(value) {
+	if !ok || m.Ended || m.Replaced || math.IsNaN(value) {
 		return Continue
 	}
 	if !m.Reported || step >= m.Step {
@@ -172,6 +175,7 @@ func (p *pbt) Observe(trialID int64, step int64, value float64) Decision {
 		return Continue
 	}
 	p.st.Due++
+	m.Replaced = true
 	return Stop
 }
 
@@ -179,7 +183,7 @@ func (p *pbt) Observe(trialID int64, step int64, value float64) Decision {
 func (p *pbt) ranked() []*member {
 	var peers []*member
 	for _, o := range p.st.Members {
-		if !o.Ended && o.Reported && o.Trial != 0 {
+		if !o.Ended && !o.Replaced && o.Reported && o.Trial != 0 {
 			peers = append(peers, o)
 		}
 	}
@@ -187,9 +191,10 @@ func (p *pbt) ranked() []*member {
 	return peers
 }
 
-// cut returns how many of n members form the top (and the bottom) quantile.
+// cut returns how many of n members form the top (and the bottom)
+// quantile: at least one, and never so many that they overlap.
 func (p *pbt) cut(n int) int {
-	return max(1, int(math.Ceil(p.quantile*float64(n))))
+	return max(1, min(int(p.quantile*float64(n)), n/2))
 }
 
 // top returns the running members of the top quantile that are not done

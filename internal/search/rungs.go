@@ -132,13 +132,13 @@ func newRungs(mode string, minR, maxR, eta int64, hyperband bool) (*rungs, error
 		}
 		// s_max halvings fit between min_resource and max_resource.
 		smax := 0
-		for r := minR * eta; r <= maxR; r *= eta {
+		for r := minR; r <= maxR/eta; r *= eta {
 			smax++
 		}
 		s.mins, s.weights = nil, nil
 		for k := smax; k >= 0; k-- {
 			s.mins = append(s.mins, minR*ipow(eta, smax-k))
-			s.weights = append(s.weights, math.Ceil(float64(smax+1)/float64(k+1))*math.Pow(float64(eta), float64(k)))
+			s.weights = append(s.weights, math.Ceil(float64(smax+1)/float64(k+1)*math.Pow(float64(eta), float64(k))))
 		}
 	}
 	s.st = s.fresh()
@@ -268,6 +268,34 @@ func (s *rungs) promote() *record {
 		}
 	}
 	return r
+}
+
+// finish returns the best paused trial of the highest rung reached, marked
+// promoted: the search's last word when no trial can be promoted by the
+// rule and none has reached the end.
+func (s *rungs) finish() *record {
+	var best *record
+	var bestRes int64
+	var at *rungEntry
+	for b := range s.st.Rungs {
+		for k := range s.st.Rungs[b] {
+			res := s.resource(b, k)
+			for i := range s.st.Rungs[b][k] {
+				e := &s.st.Rungs[b][k][i]
+				r := s.st.byTrial[e.Trial]
+				if e.Promoted || r == nil || r.Status != paused {
+					continue
+				}
+				if best == nil || res > bestRes || (res == bestRes && e.Value < at.Value) {
+					best, bestRes, at = r, res, e
+				}
+			}
+		}
+	}
+	if at != nil {
+		at.Promoted = true
+	}
+	return best
 }
 
 func (s *rungs) ended(r *record) {}

@@ -37,6 +37,12 @@ type Proposal struct {
 	Parent int64 `json:"parent,omitempty"`
 }
 
+// PauseAware is a searcher that pauses trials (Decision Pause) and must be
+// told when a paused trial's process has exited, before it may resume it.
+type PauseAware interface {
+	Paused(trialID int64)
+}
+
 // Predictor is a searcher that forecasts trials' final objective values from
 // their learning curves.
 type Predictor interface {

@@ -382,6 +382,9 @@ func Run(t *Table, s search.Searcher, opt Options) (*Result, error) {
 		case d == search.Pause && tr.epoch < t.Epochs:
 			free[tr.worker], tr.worker = true, -1
 			res.Paused++
+			if pa, ok := s.(search.PauseAware); ok {
+				pa.Paused(tr.id) // its process has exited at once
+			}
 		default:
 			free[tr.worker], tr.worker = true, -1
 			out := search.Completed
