@@ -196,6 +196,27 @@ func (p *parser) searchSpace(e *Experiment, searcherNode, maxTrialsNode *yaml.No
 	case maxTrials > 0:
 		e.MaxTrials = maxTrials
 	default:
-		e.MaxTrials = def.defaultTrials
+		e.MaxTrials = max(def.defaultTrials, rungTrials(e.Searcher))
 	}
 }
+
+// rungTrials is the default max_trials of a rung stopper (asha, hyperband)
+// that knows its max_resource: twice reduction_factor^rungs, so that a few
+// trials can climb every rung to the end. 0 for other searchers.
+func rungTrials(s Searcher) int {
+	if s.Stopper != "asha" && s.Stopper != "hyperband" {
+		return 0
+	}
+	lo, hi, eta := s.Int("min_resource", 1), s.Int("max_resource", 0), s.Int("reduction_factor", 3)
+	if hi <= 0 || lo < 1 || eta < 2 {
+		return 0
+	}
+	n := int64(2)
+	for r := lo; r < hi && n < maxDefaultRungTrials; r *= eta {
+		n *= eta
+	}
+	return int(min(n, maxDefaultRungTrials))
+}
+
+// maxDefaultRungTrials caps rungTrials.
+const maxDefaultRungTrials = 10000

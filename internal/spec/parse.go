@@ -466,9 +466,19 @@ func (p *parser) searcher(n *yaml.Node) (Searcher, bool) {
 			}
 		}
 	}
-	if mn, mx := s.Int("min_resource", 1), s.Int("max_resource", 0); ok && mx > 0 && mn > mx {
-		p.at(f.get("min_resource"), join(path, "min_resource"), "must be <= max_resource (got %d > %d)", mn, mx)
-		ok = false
+	for _, d := range defs {
+		for _, pair := range d.below {
+			lo, hi := s.Int(pair[0], d.defaults[pair[0]]), s.Int(pair[1], 0)
+			if !ok || hi == 0 || lo < hi {
+				continue
+			}
+			at, given := f.get(pair[0]), ""
+			if at == nil {
+				at, given = f.get(pair[1]), fmt.Sprintf(" (%s is %d by default)", pair[0], lo)
+			}
+			p.at(at, join(path, pair[0]), "must be below %s (got %d >= %d)%s", pair[1], lo, hi, given)
+			ok = false
+		}
 	}
 	return s, ok
 }

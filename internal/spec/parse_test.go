@@ -387,7 +387,7 @@ func TestSearcherForms(t *testing.T) {
 		{"{name: asha, sampler: tpe, reduction_factor: 4}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
 			Settings: map[string]any{"reduction_factor": int64(4)}}, 20},
 		{"{sampler: tpe, stopper: asha, mode: promote, max_resource: 27, startup_trials: 5}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
-			Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "startup_trials": int64(5)}}, 20},
+			Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "startup_trials": int64(5)}}, 54}, // 2 x 3^3 rungs
 		{"{stopper: curve, max_resource: 30, threshold: 0.05}", Searcher{Name: "random+curve", Sampler: "random", Stopper: "curve",
 			Settings: map[string]any{"max_resource": int64(30), "threshold": 0.05}}, 10},
 		{"{name: tpe, stopper: median}", Searcher{Name: "tpe+median", Sampler: "tpe", Stopper: "median"}, 20},

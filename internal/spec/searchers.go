@@ -3,6 +3,7 @@ package spec
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -48,8 +49,16 @@ type setting struct {
 }
 
 func intAtLeast(lo float64, help string) setting {
-	return setting{kind: SettingInt, min: lo, hasMin: true, help: help}
+	return setting{kind: SettingInt, min: lo, hasMin: true, max: maxSettingInt, hasMax: true, help: help}
 }
+
+func intBetween(lo, hi float64, help string) setting {
+	return setting{kind: SettingInt, min: lo, hasMin: true, max: hi, hasMax: true, help: help}
+}
+
+// maxSettingInt bounds integer settings: steps, trials and counts far
+// beyond any search, small enough that no arithmetic on them overflows.
+const maxSettingInt = 1<<31 - 1
 
 func fraction(help string) setting {
 	return setting{kind: SettingFloat, min: 0, max: 1, hasMin: true, hasMax: true, above: true, help: help}
@@ -58,9 +67,16 @@ func fraction(help string) setting {
 // check returns what is wrong with a setting's value, or "".
 func (s setting) check(v any) string {
 	var f float64
+	show := fmtNum
 	switch x := v.(type) {
 	case int64:
 		f = float64(x)
+		show = func(g float64) string {
+			if g == f {
+				return strconv.FormatInt(x, 10)
+			}
+			return fmtNum(g)
+		}
 	case float64:
 		f = x
 	case string:
@@ -73,11 +89,11 @@ func (s setting) check(v any) string {
 	}
 	switch {
 	case s.hasMin && s.above && f <= s.min:
-		return fmt.Sprintf("must be > %s (got %s)", fmtNum(s.min), fmtNum(f))
+		return fmt.Sprintf("must be > %s (got %s)", fmtNum(s.min), show(f))
 	case s.hasMin && !s.above && f < s.min:
-		return fmt.Sprintf("must be >= %s (got %s)", fmtNum(s.min), fmtNum(f))
+		return fmt.Sprintf("must be >= %s (got %s)", fmtNum(s.min), show(f))
 	case s.hasMax && f > s.max:
-		return fmt.Sprintf("must be <= %s (got %s)", fmtNum(s.max), fmtNum(f))
+		return fmt.Sprintf("must be <= %s (got %s)", fmtNum(s.max), show(f))
 	}
 	return ""
 }
@@ -103,6 +119,12 @@ type searcherDef struct {
 	// requiredWhen lists settings that must be given when another setting
 	// has a value: {"max_resource", "mode", "promote"}.
 	requiredWhen [][3]string
+	// below lists pairs of settings where the first must be below the
+	// second when both are known (defaults included): {"min_resource",
+	// "max_resource"}.
+	below [][2]string
+	// defaults holds the defaults that below rules compare with.
+	defaults map[string]int64
 	// defaultTrials is max_trials when the file omits it; 0 means the grid size.
 	defaultTrials int
 	// oneTrial means the searcher runs exactly one trial; max_trials may only be 1.
@@ -118,7 +140,7 @@ type searcherDef struct {
 var (
 	minResource     = intAtLeast(1, "the step of the first rung")
 	maxResource     = intAtLeast(1, "the step at which a trial ends, e.g. its number of epochs")
-	reductionFactor = intAtLeast(2, "keep the best 1/reduction_factor at each rung")
+	reductionFactor = intBetween(2, 1000, "keep the best 1/reduction_factor at each rung")
 	rungMode        = setting{kind: SettingString, oneOf: []string{"stop", "promote"}, help: "stop: weak trials are stopped; promote: trials pause at each rung until promoted"}
 )
 
@@ -131,17 +153,19 @@ var searcherDefs = map[string]searcherDef{
 	"random": {defaultTrials: 10},
 	"tpe": {defaultTrials: 20, settings: map[string]setting{
 		"startup_trials": intAtLeast(0, "random trials before the model is used"),
-		"candidates":     intAtLeast(1, "candidates drawn per suggestion"),
+		"candidates":     intBetween(1, 100000, "candidates drawn per suggestion"),
 		"multivariate":   {kind: SettingBool, help: "model the parameters jointly"},
 		"gamma":          fraction("the fraction of trials counted as good"),
 		"prior_weight":   setting{kind: SettingFloat, min: 0, hasMin: true, above: true, help: "the weight of the prior"},
 	}},
 	"asha": {role: roleStopper, settings: map[string]setting{
 		"mode": rungMode, "min_resource": minResource, "max_resource": maxResource, "reduction_factor": reductionFactor,
-	}, requiredWhen: [][3]string{{"max_resource", "mode", "promote"}}},
+	}, requiredWhen: [][3]string{{"max_resource", "mode", "promote"}}, below: [][2]string{{"min_resource", "max_resource"}},
+		defaults: map[string]int64{"min_resource": 1}},
 	"hyperband": {role: roleStopper, settings: map[string]setting{
 		"mode": rungMode, "min_resource": minResource, "max_resource": maxResource, "reduction_factor": reductionFactor,
-	}, required: []string{"max_resource"}},
+	}, required: []string{"max_resource"}, below: [][2]string{{"min_resource", "max_resource"}},
+		defaults: map[string]int64{"min_resource": 1}},
 	"median": {role: roleStopper, settings: map[string]setting{
 		"min_trials":   intAtLeast(1, "trials that must have reported a step before any is stopped there"),
 		"warmup_steps": intAtLeast(0, "steps of each trial that are never judged"),
@@ -151,7 +175,8 @@ var searcherDefs = map[string]searcherDef{
 		"threshold":    fraction("stop a trial whose probability of beating the best is below this"),
 		"min_steps":    intAtLeast(3, "points of a curve before it is extrapolated"),
 		"min_trials":   intAtLeast(1, "finished trials before any trial is stopped"),
-	}, required: []string{"max_resource"}},
+	}, required: []string{"max_resource"}, below: [][2]string{{"min_steps", "max_resource"}},
+		defaults: map[string]int64{"min_steps": 5}},
 	"pbt": {role: roleWhole, defaultTrials: 40, settings: map[string]setting{
 		"population":           intAtLeast(2, "trials trained at once"),
 		"interval":             intAtLeast(1, "steps between exploit and explore"),
@@ -159,7 +184,8 @@ var searcherDefs = map[string]searcherDef{
 		"quantile":             setting{kind: SettingFloat, min: 0, max: 0.5, hasMin: true, hasMax: true, above: true, help: "the fraction of the population replaced, and copied from"},
 		"perturb":              setting{kind: SettingFloat, min: 0, max: 1, hasMin: true, hasMax: true, above: true, help: "numbers are multiplied by 1-perturb or 1+perturb"},
 		"resample_probability": setting{kind: SettingFloat, min: 0, max: 1, hasMin: true, hasMax: true, help: "probability of drawing a parameter anew instead"},
-	}, required: []string{"max_resource"}},
+	}, required: []string{"max_resource"}, below: [][2]string{{"interval", "max_resource"}},
+		defaults: map[string]int64{"interval": 4}},
 }
 
 // DefaultSearcher is the searcher used when the file has no searcher field.
