@@ -169,9 +169,21 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 	if r.ckpt != nil {
 		ck := virga.Checkpoint{ID: r.ckpt.ID, TrialID: t.ID, AttemptID: r.attemptID, Step: r.rep.Step, Size: r.ckpt.Size, Files: r.ckpt.Files, Time: r.time}
 		it.b.Checkpoints = append(it.b.Checkpoints, ck)
+		inherited := t.Checkpoint != "" && t.Checkpoint == t.ParentCheckpoint && t.Checkpoint != ck.ID
+		prev := t.Checkpoint
 		t.Checkpoint = ck.ID
 		ts.ckpts = append(ts.ckpts, ck)
 		c.retain(it, ts)
+		// A trial that started from its parent's checkpoint has one of its
+		// own now: the parent's files go once no trial needs them (the
+		// parent's retention kept them only while this trial did).
+		if inherited && !c.checkpointShared(ts, prev) {
+			it.after = append(it.after, func() {
+				if err := c.cfg.Checkpoints.Delete(prev); err != nil {
+					c.log.Warn("deleting an inherited checkpoint", "id", prev, "err", err)
+				}
+			})
+		}
 		it.touchTrial(ts) // the checkpoint a restart needs is written at once
 	}
 	c.progress[ts] = true

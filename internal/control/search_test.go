@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,6 +86,7 @@ searcher: {name: pbt, population: 2, interval: 1, max_resource: 3, quantile: 0.5
 objective: {metric: loss, direction: minimize}
 max_trials: 3
 max_concurrent: 2
+checkpoints: {keep_last: 1}
 seed: 42
 `)
 	s1, s2 := h.nextStart(), h.nextStart()
@@ -115,14 +117,19 @@ seed: 42
 		t.Errorf("child kept lr %v: explore did not perturb it", child.HParams["lr"])
 	}
 	// The parent moves on; its checkpoint the child started from is kept on
-	// disk while the child needs it.
+	// disk while the child needs it, and deleted once the child has its own.
 	h.started(s3)
 	for step := int64(2); step <= 3; step++ {
-		writeCkpt(t, s1, "strong later")
+		writeCkpt(t, s1, fmt.Sprintf("strong at step %d", step))
 		h.report(s1.AttemptID, step, 0.1)
 	}
 	h.exited(s1.AttemptID, 0)
+	if !h.ck.Exists(child.ParentCheckpoint) {
+		t.Fatal("the parent's retention deleted the checkpoint its child starts from")
+	}
+	writeCkpt(t, s3, "child at step 3")
 	h.report(s3.AttemptID, 3, 0.15)
+	h.eventually("the inherited checkpoint to be deleted", func() bool { return !h.ck.Exists(child.ParentCheckpoint) })
 	h.exited(s3.AttemptID, 0)
 	h.waitExp(e.ID, virga.ExperimentCompleted)
 	got, err := h.st.Trial(context.Background(), s3.TrialID)
