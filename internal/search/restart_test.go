@@ -55,6 +55,7 @@ var searchers = []struct {
 	{"random+asha", spec.Searcher{Name: "random+asha", Sampler: "random", Stopper: "asha"}},
 	{"tpe+asha-promote", spec.Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
 		Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "reduction_factor": int64(3)}}},
+	{"grid+asha", spec.Searcher{Name: "grid+asha", Sampler: "grid", Stopper: "asha"}},
 	{"random+hyperband", spec.Searcher{Name: "random+hyperband", Sampler: "random", Stopper: "hyperband",
 		Settings: map[string]any{"max_resource": int64(27)}}},
 	{"tpe+asha", spec.Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha", Settings: map[string]any{"min_resource": int64(3)}}},
