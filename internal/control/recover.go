@@ -239,15 +239,17 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		}
 		c.setLive(la)
 		c.startedSeen[a.ID] = true
+		// The reasons rank as when the loop stops an attempt (stopAttempt):
+		// a user's stop overrides all, a searcher's decision a user's pause.
 		switch {
-		case ts.exp.exp.State == virga.ExperimentPaused:
-			ts.stopping = stopPause
 		case ts.exp.exp.State == virga.ExperimentStopping:
 			ts.stopping = stopUser
 		case ts.t.Message == pausingBySearcher:
 			ts.stopping = stopSearchPause
 		case ts.t.Message == stoppingBySearcher:
 			ts.stopping = stopEarly
+		case ts.exp.exp.State == virga.ExperimentPaused:
+			ts.stopping = stopPause
 		}
 		if a.Backend == apiBackend {
 			continue

@@ -177,7 +177,9 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		// A trial that started from its parent's checkpoint has one of its
 		// own now: the parent's files go once no trial needs them (the
 		// parent's retention kept them only while this trial did).
-		if inherited && !c.checkpointShared(ts, prev) {
+		// Only while the parent is live is it known whether it still holds
+		// them; a parent that ended keeps them as its own.
+		if inherited && c.trials[t.Parent] != nil && !c.checkpointShared(ts, prev) {
 			it.after = append(it.after, func() {
 				if err := c.cfg.Checkpoints.Delete(prev); err != nil {
 					c.log.Warn("deleting an inherited checkpoint", "id", prev, "err", err)

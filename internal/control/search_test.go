@@ -11,6 +11,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/control"
 )
 
 // TestASHAPromoteThroughControl runs ASHA in promote mode with the fake
@@ -263,5 +264,35 @@ func TestCrashWhilePausing(t *testing.T) {
 	}
 	if completed == 0 {
 		t.Error("no trial completed: the search ended with every trial paused")
+	}
+}
+
+// TestCrashWhilePausingInAPausedExperiment: a searcher's pause outranks the
+// user's pause of the experiment after a restart too, so the trial stays
+// the searcher's to promote (it was requeued by the user's resume before).
+func TestCrashWhilePausingInAPausedExperiment(t *testing.T) {
+	h := newHarness(t)
+	h.start(&adoptingBackend{newFakeBackend()})
+	e := h.submit(strings.Replace(ashaPromoteYAML, "max_concurrent: 3", "max_concurrent: 1", 1))
+	s1 := h.nextStart()
+	h.started(s1)
+	writeCkpt(t, s1, "t1")
+	if d := h.report(s1.AttemptID, 1, 0.1); d != "stop" {
+		t.Fatalf("decision %s, want stop (pause)", d)
+	}
+	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpPause); err != nil {
+		t.Fatal(err)
+	}
+	h.crash()
+	h.start(&adoptingBackend{newFakeBackend()})
+	h.exited(s1.AttemptID, 0)
+	if tr := h.waitTrial(s1.TrialID, virga.TrialPaused); tr.Message != "paused by the searcher" {
+		t.Fatalf("after recovery the searcher's pause became %q", tr.Message)
+	}
+	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpResume); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.nextStart(); s.TrialID == s1.TrialID {
+		t.Fatal("the user's resume restarted a trial the searcher paused and did not promote")
 	}
 }

@@ -218,3 +218,39 @@ func TestFiniteSpaceProposesNoRepeats(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishRunsToTheEnd: when ASHA in promote mode can promote no one and no
+// trial reached max_resource, the best paused trial is run to the end in one
+// go, through every higher rung.
+func TestFinishRunsToTheEnd(t *testing.T) {
+	e := synthTable(1).Experiment(spec.Searcher{Name: "random+asha", Sampler: "random", Stopper: "asha",
+		Settings: map[string]any{"mode": "promote", "max_resource": int64(27)}}, 2)
+	s, err := search.New(e, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, v := range map[int64]float64{1: 0.2, 2: 0.5} {
+		p, err := s.Propose()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Created(p.ID, id)
+		if d := s.Observe(id, 1, v); d != search.Pause {
+			t.Fatalf("trial %d at the first rung: %s, want pause", id, d)
+		}
+		s.(search.PauseAware).Paused(id)
+	}
+	p, err := s.Propose()
+	if err != nil || p.Resume != 1 {
+		t.Fatalf("Propose = %+v, %v; want trial 1, the best, resumed to finish", p, err)
+	}
+	for _, step := range []int64{2, 3, 9, 26, 27} {
+		if d := s.Observe(1, step, 0.1); d != search.Continue {
+			t.Fatalf("finishing trial at step %d: %s, want continue", step, d)
+		}
+	}
+	s.Ended(1, search.Completed)
+	if _, err := s.Propose(); err != search.ErrExhausted {
+		t.Fatalf("after the finish: %v, want exhausted", err)
+	}
+}

@@ -41,6 +41,8 @@ type rungsState struct {
 	Trials trialRungs `json:"trials"`
 	// Credit is the smooth weighted round robin's state: a counter per bracket.
 	Credit []float64 `json:"credit"`
+	// Finishing is the trial finish chose to run to the end, 0 if none.
+	Finishing int64 `json:"finishing,omitempty"`
 	// byTrial is the searcher's records, for promotion; not saved.
 	byTrial map[int64]*record
 }
@@ -206,7 +208,12 @@ func (s *rungs) report(r *record, step int64, v float64) Decision {
 			}
 			continue
 		}
-		// Promote mode: go on at once when promotable and no one waits.
+		// Promote mode: go on at once when promotable and no one waits, or
+		// when this is the trial finish chose.
+		if r.Trial == s.st.Finishing {
+			rung[i].Promoted = true
+			continue
+		}
 		if w, _, _ := s.waiting(); w == nil && rank(rung, i) < len(rung)/int(s.eta) {
 			rung[i].Promoted = true
 			continue
@@ -294,6 +301,7 @@ func (s *rungs) finish() *record {
 	}
 	if at != nil {
 		at.Promoted = true
+		s.st.Finishing = best.Trial // it goes on through every higher rung
 	}
 	return best
 }
