@@ -1,0 +1,92 @@
+package search
+
+import (
+	"testing"
+
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+func oneFloat(s spec.Searcher, maxTrials int) *spec.Experiment {
+	return &spec.Experiment{
+		Hyperparameters: map[string]*spec.Hyperparameter{"lr": {Name: "lr", Type: spec.HPFloat, Min: 0.001, Max: 1, Log: true}},
+		Order:           []string{"lr"},
+		Searcher:        s,
+		Objective:       spec.Objective{Metric: "loss", Direction: spec.Minimize},
+		MaxTrials:       maxTrials,
+	}
+}
+
+// A step 0 (a value before training) and steps reported again after a
+// restart from an earlier checkpoint leave the curve usable.
+func TestCurveStopperToleratesStepZeroAndRepeats(t *testing.T) {
+	s, err := New(oneFloat(spec.Searcher{Name: "random+curve", Sampler: "random", Stopper: "curve",
+		Settings: map[string]any{"max_resource": int64(30), "min_steps": int64(4)}}, 3), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := s.Propose()
+	s.Created(p.ID, 1)
+	for step := int64(0); step <= 6; step++ {
+		s.Observe(1, step, 0.2+1/float64(step+1))
+	}
+	pr := s.(Predictor)
+	if got := pr.Prediction(1); got == nil || got.Step != 6 {
+		t.Fatalf("prediction after steps 0-6: %+v", got)
+	}
+	for step := int64(3); step <= 7; step++ { // restarted from the checkpoint of step 2
+		s.Observe(1, step, 0.2+1/float64(step+1))
+	}
+	if got := pr.Prediction(1); got == nil || got.Step != 7 {
+		t.Fatalf("prediction after the repeated steps: %+v", got)
+	}
+	if c := s.(*adaptive).stop.(*curveStopper).st.Live[1]; len(c.Steps) != 8 {
+		t.Errorf("curve holds steps %v, want 0..7 once each", c.Steps)
+	}
+}
+
+// A trial restarted from an earlier checkpoint counts its steps once in the
+// median of completed trials.
+func TestMedianCountsRerunStepsOnce(t *testing.T) {
+	m := newMedian(1, 0)
+	r := &record{Trial: 1, Status: running}
+	for _, step := range []int64{1, 2, 3, 2, 3, 4} {
+		m.report(r, step, float64(step))
+	}
+	r.Status, r.Complete = ended, true
+	m.ended(r)
+	for step, vs := range m.st.Done {
+		if len(vs) != 1 {
+			t.Errorf("step %d holds %v, want one value", step, vs)
+		}
+	}
+}
+
+// PBT never continues from a member it is replacing.
+func TestPBTDoesNotPickAReplacedMember(t *testing.T) {
+	s, err := New(oneFloat(spec.Searcher{Name: "pbt", Settings: map[string]any{
+		"population": int64(3), "interval": int64(1), "max_resource": int64(10), "quantile": 0.5}}, 10), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 3; id++ {
+		p, err := s.Propose()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Created(p.ID, id)
+	}
+	s.Observe(1, 1, 0.1)
+	if d := s.Observe(3, 1, 0.9); d != Stop {
+		t.Fatalf("worst member: %s, want stop", d)
+	}
+	// Trial 3 is being replaced: trial 2 is compared with trial 1 alone.
+	if d := s.Observe(2, 1, 0.5); d != Stop {
+		t.Fatalf("member worst among those not replaced: %s, want stop", d)
+	}
+	for range 2 {
+		p, err := s.Propose()
+		if err != nil || p.Parent != 1 {
+			t.Fatalf("replacement %+v, %v: want a child of trial 1, the only strong member not being replaced", p, err)
+		}
+	}
+}
