@@ -689,6 +689,45 @@ func TestExampleTPEASHA(t *testing.T) {
 	}
 }
 
+// TestExampleCurve runs the curve-stopper example: forecasts reach the
+// trials table, and trials unlikely to beat the best are stopped.
+func TestExampleCurve(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cmd := exec.Command(virgaBin, "run", "examples/digits-go/experiment-curve.yaml", "--data-dir", state)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("virga run: %v\n%s", err, out)
+	}
+	table, err := exec.Command(virgaBin, "trials", "1", "--data-dir", state).Output()
+	if err != nil || !strings.Contains(string(table), "PREDICTED") || !strings.Contains(string(table), " ± ") {
+		t.Fatalf("virga trials shows no forecast (%v):\n%s", err, table)
+	}
+	b, err := exec.Command(virgaBin, "trials", "1", "--json", "--data-dir", state).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trials []virga.Trial
+	if err := json.Unmarshal(b, &trials); err != nil {
+		t.Fatal(err)
+	}
+	stopped := 0
+	for _, tr := range trials {
+		if tr.State == virga.TrialStopped && tr.Step < 9 {
+			stopped++
+			if p := tr.Prediction; p == nil || p.Horizon != 9 || p.ProbBetter >= 0.05 {
+				t.Errorf("trial %d was stopped at step %d with forecast %+v; want one under the 0.05 threshold", tr.ID, tr.Step, p)
+			}
+		}
+	}
+	if stopped == 0 {
+		t.Errorf("the curve stopper stopped no trial:\n%s", table)
+	}
+}
+
 // TestExamplePBT runs the population based training example: members are
 // replaced by children that restore a strong member's checkpoint (their
 // trainer resumes at the parent's epoch) and record their lineage.
