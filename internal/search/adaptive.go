@@ -408,11 +408,11 @@ func (a *adaptive) Restore(snapshot []byte) error {
 	if st.Searcher != a.name {
 		return fmt.Errorf("restoring %s searcher: snapshot is of a %q searcher", a.name, st.Searcher)
 	}
-	if st.Limit != a.limit {
-		return fmt.Errorf("restoring %s searcher: snapshot plans %d trials but this search plans %d (did the experiment change?)", a.name, st.Limit, a.limit)
-	}
-	if len(st.Records) > st.Limit {
-		return fmt.Errorf("restoring %s searcher: snapshot has %d trials of %d", a.name, len(st.Records), st.Limit)
+	// The limit comes from the experiment file as this version reads it
+	// (max_trials or its default); a snapshot written under another default
+	// goes on with this one, as long as it has not proposed more already.
+	if len(st.Records) > a.limit {
+		return fmt.Errorf("restoring %s searcher: snapshot has %d trials but this search plans %d (did the experiment change?)", a.name, len(st.Records), a.limit)
 	}
 	pcg := new(rand.PCG)
 	if err := pcg.UnmarshalBinary(st.RNG); err != nil {

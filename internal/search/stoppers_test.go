@@ -90,3 +90,33 @@ func TestPBTDoesNotPickAReplacedMember(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot taken under another max_trials (a default that changed between
+// versions) goes on with the new limit unless it proposed more already.
+func TestRestoreUnderAnotherLimit(t *testing.T) {
+	st := spec.Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha"}
+	old, err := New(oneFloat(st, 20), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		p, _ := old.Propose()
+		old.Created(p.ID, int64(i+1))
+	}
+	snap, _ := old.Snapshot()
+	bigger, _ := New(oneFloat(st, 54), 1)
+	if err := bigger.Restore(snap); err != nil {
+		t.Fatalf("restore under a larger limit: %v", err)
+	}
+	for i := 5; i < 54; i++ {
+		p, err := bigger.Propose()
+		if err != nil {
+			t.Fatalf("proposal %d of 54: %v", i+1, err)
+		}
+		bigger.Created(p.ID, int64(i+1))
+	}
+	smaller, _ := New(oneFloat(st, 4), 1)
+	if err := smaller.Restore(snap); err == nil {
+		t.Fatal("a snapshot with 5 trials restored into a search of 4")
+	}
+}
