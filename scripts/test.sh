@@ -46,12 +46,15 @@ fi
 
 
 if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
-  echo "== fuzz (15s per parser: experiment files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves)"
+  echo "== fuzz (15s per parser: experiment files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves, capacity traces)"
   go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s -fuzzminimizetime 3s ./internal/spec
   go test -run '^$' -fuzz '^FuzzReportDecode$' -fuzztime 15s -fuzzminimizetime 3s ./internal/api
   go test -run '^$' -fuzz '^FuzzMetricLine$' -fuzztime 15s -fuzzminimizetime 3s ./internal/backend/local
   go test -run '^$' -fuzz '^FuzzRestore$' -fuzztime 15s -fuzzminimizetime 3s ./internal/search
   go test -run '^$' -fuzz '^FuzzRead$' -fuzztime 15s -fuzzminimizetime 3s ./internal/search/replay
   go test -run '^$' -fuzz '^FuzzPredict$' -fuzztime 15s -fuzzminimizetime 3s ./internal/search/curve
+  for f in FuzzAvailability FuzzGCPPrices FuzzAWSPrices; do
+    go test -run '^$' -fuzz "^$f\$" -fuzztime 10s -fuzzminimizetime 3s ./internal/capacity/trace
+  done
 fi
 echo "== all tests passed"
