@@ -628,31 +628,36 @@ func TestExamples(t *testing.T) {
 	}
 }
 
+// runExample runs an example experiment to its end in a fresh data
+// directory and returns the directory, the run's output and its trials.
+func runExample(t *testing.T, file string) (state string, out []byte, trials []virga.Trial) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state = t.TempDir()
+	cmd := exec.Command(virgaBin, "run", file, "--data-dir", state)
+	cmd.Dir = root
+	if out, err = cmd.CombinedOutput(); err != nil {
+		t.Fatalf("virga run: %v\n%s", err, out)
+	}
+	b, err := exec.Command(virgaBin, "trials", "1", "--json", "--data-dir", state).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &trials); err != nil {
+		t.Fatalf("trials --json: %v\n%s", err, b)
+	}
+	return state, out, trials
+}
+
 // TestExampleTPEASHA runs the TPE + ASHA (promote mode) example end to end:
 // trials pause at the first rung, the best are resumed from their
 // checkpoints (the trainer says so in its log), some run all 9 epochs, the
 // others end as not promoted, and the best model is good.
 func TestExampleTPEASHA(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	cmd := exec.Command(virgaBin, "run", "examples/digits-go/experiment-tpe-asha.yaml", "--data-dir", state)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("virga run: %v\n%s", err, out)
-	}
-	cmd = exec.Command(virgaBin, "trials", "1", "--json", "--data-dir", state)
-	b, err := cmd.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var trials []virga.Trial
-	if err := json.Unmarshal(b, &trials); err != nil {
-		t.Fatalf("trials --json: %v\n%s", err, b)
-	}
+	state, out, trials := runExample(t, "examples/digits-go/experiment-tpe-asha.yaml")
 	var completed, notPromoted, resumed int
 	for _, tr := range trials {
 		switch {
@@ -677,8 +682,8 @@ func TestExampleTPEASHA(t *testing.T) {
 	if len(trials) != 15 || completed == 0 || notPromoted == 0 || resumed == 0 {
 		t.Fatalf("%d trials: %d completed, %d not promoted, %d resumed; want 15 with some of each\n%s", len(trials), completed, notPromoted, resumed, out)
 	}
-	cmd = exec.Command(virgaBin, "best", "1", "--json", "--data-dir", state)
-	if b, err = cmd.Output(); err != nil {
+	b, err := exec.Command(virgaBin, "best", "1", "--json", "--data-dir", state).Output()
+	if err != nil {
 		t.Fatal(err)
 	}
 	var best struct {
@@ -692,27 +697,10 @@ func TestExampleTPEASHA(t *testing.T) {
 // TestExampleCurve runs the curve-stopper example: forecasts reach the
 // trials table, and trials unlikely to beat the best are stopped.
 func TestExampleCurve(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	cmd := exec.Command(virgaBin, "run", "examples/digits-go/experiment-curve.yaml", "--data-dir", state)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("virga run: %v\n%s", err, out)
-	}
+	state, _, trials := runExample(t, "examples/digits-go/experiment-curve.yaml")
 	table, err := exec.Command(virgaBin, "trials", "1", "--data-dir", state).Output()
 	if err != nil || !strings.Contains(string(table), "PREDICTED") || !strings.Contains(string(table), " ± ") {
 		t.Fatalf("virga trials shows no forecast (%v):\n%s", err, table)
-	}
-	b, err := exec.Command(virgaBin, "trials", "1", "--json", "--data-dir", state).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var trials []virga.Trial
-	if err := json.Unmarshal(b, &trials); err != nil {
-		t.Fatal(err)
 	}
 	stopped := 0
 	for _, tr := range trials {
@@ -732,24 +720,7 @@ func TestExampleCurve(t *testing.T) {
 // replaced by children that restore a strong member's checkpoint (their
 // trainer resumes at the parent's epoch) and record their lineage.
 func TestExamplePBT(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	cmd := exec.Command(virgaBin, "run", "examples/digits-go/experiment-pbt.yaml", "--data-dir", state)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("virga run: %v\n%s", err, out)
-	}
-	b, err := exec.Command(virgaBin, "trials", "1", "--json", "--data-dir", state).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var trials []virga.Trial
-	if err := json.Unmarshal(b, &trials); err != nil {
-		t.Fatal(err)
-	}
+	state, out, trials := runExample(t, "examples/digits-go/experiment-pbt.yaml")
 	byID := map[int64]virga.Trial{}
 	for _, tr := range trials {
 		byID[tr.ID] = tr
@@ -773,7 +744,7 @@ func TestExamplePBT(t *testing.T) {
 		}
 	}
 	if children == 0 {
-		t.Fatalf("no trial continued from another:\n%s", b)
+		t.Fatalf("no trial continued from another:\n%s", out)
 	}
 }
 
