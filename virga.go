@@ -79,6 +79,10 @@ const (
 	OutcomeStopped   Outcome = "STOPPED"   // Virga stopped it (early stop, pause, experiment stop)
 	OutcomeLost      Outcome = "LOST"      // the process vanished without an exit status (e.g. host crash)
 	OutcomeTimeout   Outcome = "TIMEOUT"   // ran past the trial timeout
+	// OutcomePreempted: the capacity it ran on was reclaimed (a spot node
+	// taken back, a Slurm preemption); not the trial's fault, so the trial is
+	// resumed from its latest checkpoint without counting a restart.
+	OutcomePreempted Outcome = "PREEMPTED"
 )
 
 // Experiment is one submitted experiment file and its progress.
@@ -146,6 +150,13 @@ type Attempt struct {
 	State     AttemptState `json:"state"`
 	Outcome   Outcome      `json:"outcome,omitempty"`
 	Backend   string       `json:"backend"`
+	Pool      string       `json:"pool,omitempty"` // the capacity pool it ran on (empty: the backend's default)
+	// Cost is the dollars billed for its run so far (final once it ended), from
+	// its pool's price over its run time and its share of the node.
+	Cost float64 `json:"cost"`
+	// LostCost is the part of Cost spent on work that a preemption threw away
+	// (run time after its last checkpoint); zero unless Outcome is PREEMPTED.
+	LostCost float64 `json:"lost_cost,omitempty"`
 	PID       int          `json:"pid,omitempty"` // the trial process (local backend)
 	ExitCode  *int         `json:"exit_code,omitempty"`
 	Signal    string       `json:"signal,omitempty"`   // signal that ended the process, e.g. "killed"
