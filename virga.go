@@ -144,28 +144,28 @@ type Prediction struct {
 
 // Attempt is one run of a trial's process.
 type Attempt struct {
-	ID        int64        `json:"id"`
-	TrialID   int64        `json:"trial_id"`
-	Number    int          `json:"number"` // 1-based within the trial
-	State     AttemptState `json:"state"`
-	Outcome   Outcome      `json:"outcome,omitempty"`
-	Backend   string       `json:"backend"`
-	Pool      string       `json:"pool,omitempty"` // the capacity pool it ran on (empty: the backend's default)
+	ID      int64        `json:"id"`
+	TrialID int64        `json:"trial_id"`
+	Number  int          `json:"number"` // 1-based within the trial
+	State   AttemptState `json:"state"`
+	Outcome Outcome      `json:"outcome,omitempty"`
+	Backend string       `json:"backend"`
+	Pool    string       `json:"pool,omitempty"` // the capacity pool it ran on (empty: the backend's default)
 	// Cost is the dollars billed for its run so far (final once it ended), from
 	// its pool's price over its run time and its share of the node.
 	Cost float64 `json:"cost"`
 	// LostCost is the part of Cost spent on work that a preemption threw away
 	// (run time after its last checkpoint); zero unless Outcome is PREEMPTED.
-	LostCost float64 `json:"lost_cost,omitempty"`
-	PID       int          `json:"pid,omitempty"` // the trial process (local backend)
-	ExitCode  *int         `json:"exit_code,omitempty"`
-	Signal    string       `json:"signal,omitempty"`   // signal that ended the process, e.g. "killed"
-	Restored  string       `json:"restored,omitempty"` // checkpoint ID restored before it started
-	Dir       string       `json:"dir,omitempty"`      // per-attempt directory (logs, exit status)
-	Message   string       `json:"message,omitempty"`
-	CreatedAt time.Time    `json:"created_at"`
-	StartedAt time.Time    `json:"started_at,omitzero"`
-	EndedAt   time.Time    `json:"ended_at,omitzero"`
+	LostCost  float64   `json:"lost_cost,omitempty"`
+	PID       int       `json:"pid,omitempty"` // the trial process (local backend)
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	Signal    string    `json:"signal,omitempty"`   // signal that ended the process, e.g. "killed"
+	Restored  string    `json:"restored,omitempty"` // checkpoint ID restored before it started
+	Dir       string    `json:"dir,omitempty"`      // per-attempt directory (logs, exit status)
+	Message   string    `json:"message,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
 }
 
 // Metric is one report of a trial: the values at a step. A trial has at most one
