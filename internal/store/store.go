@@ -114,6 +114,9 @@ type Store interface {
 	Trials(ctx context.Context, experimentID int64) ([]*virga.Trial, error)
 	// Attempts lists a trial's attempts ordered by Number.
 	Attempts(ctx context.Context, trialID int64) ([]*virga.Attempt, error)
+	// ExperimentAttempts lists the attempts of all an experiment's trials,
+	// ordered by trial ID and Number (what its cost is summed over).
+	ExperimentAttempts(ctx context.Context, experimentID int64) ([]*virga.Attempt, error)
 	// LiveAttempts lists every attempt not in state EXITED, ordered by ID.
 	LiveAttempts(ctx context.Context) ([]*virga.Attempt, error)
 	// Metrics lists a trial's metrics ordered by step.

@@ -36,6 +36,17 @@ func (e *Encoder) Time(what string, t time.Time) any {
 	return t.UnixNano()
 }
 
+// Dollars returns an amount of money (an attempt's cost) as it is stored:
+// a finite number. NaN and the infinities are refused, not stored as
+// something else, so a wrong price never reads back as a plausible cost.
+func (e *Encoder) Dollars(what string, v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		e.fail(fmt.Errorf("%s %g: not a finite amount", what, v))
+		return 0
+	}
+	return v
+}
+
 // hparams returns m as JSON text ("null" for a nil map).
 func (e *Encoder) HParams(m map[string]any) string {
 	b, err := json.Marshal(m)

@@ -116,7 +116,7 @@ const (
 	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
 	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction`
 	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
-	created_at, started_at, ended_at`
+	created_at, started_at, ended_at, pool, cost, lost_cost`
 )
 
 // An update leaves the columns fixed at insertion alone (see store.Batch).
@@ -182,13 +182,15 @@ func (q *queue) newAttempt(na store.NewAttempt) error {
 	var enc column.Encoder
 	args := []any{t.ExperimentID, t.Seq, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, column.IntPtr(a.ExitCode),
 		a.Signal, a.Restored, a.Dir, a.Message,
-		enc.Time("created_at", a.CreatedAt), enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt)}
+		enc.Time("created_at", a.CreatedAt), enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt),
+		a.Pool, enc.Dollars("cost", a.Cost), enc.Dollars("lost_cost", a.LostCost)}
 	if enc.Err != nil {
 		return fmt.Errorf("attempt %d of trial %d of experiment %d: %w", a.Number, t.Seq, t.ExperimentID, enc.Err)
 	}
 	what := fmt.Sprintf("attempt (trial %d of experiment %d, number %d)", t.Seq, t.ExperimentID, a.Number)
 	q.b.Queue(`INSERT INTO attempts (`+attemptCols+`)
-		VALUES ((SELECT id FROM trials WHERE experiment_id = $1 AND seq = $2), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+		VALUES ((SELECT id FROM trials WHERE experiment_id = $1 AND seq = $2), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+			$16, $17, $18)
 		RETURNING id, trial_id`, args...).Fn = func(br pgx.BatchResults) error {
 		if err := br.QueryRow().Scan(&a.ID, &a.TrialID); err != nil {
 			return wrap(err, "inserting %s", what)
@@ -205,22 +207,25 @@ func (q *queue) attempt(a *virga.Attempt) error {
 	if a.ID == 0 {
 		args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, column.IntPtr(a.ExitCode),
 			a.Signal, a.Restored, a.Dir, a.Message,
-			enc.Time("created_at", a.CreatedAt), enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt)}
+			enc.Time("created_at", a.CreatedAt), enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt),
+			a.Pool, enc.Dollars("cost", a.Cost), enc.Dollars("lost_cost", a.LostCost)}
 		if enc.Err != nil {
 			return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.Err)
 		}
 		q.insert(what, &a.ID, `INSERT INTO attempts (`+attemptCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id`,
 			args...)
 		return nil
 	}
 	args := []any{string(a.State), string(a.Outcome), a.PID, column.IntPtr(a.ExitCode), a.Signal, a.Restored,
-		a.Dir, a.Message, enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt), a.ID}
+		a.Dir, a.Message, enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt),
+		a.Pool, enc.Dollars("cost", a.Cost), enc.Dollars("lost_cost", a.LostCost), a.ID}
 	if enc.Err != nil {
 		return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.Err)
 	}
 	q.update(what, a.ID, `UPDATE attempts SET state = $1, outcome = $2, pid = $3, exit_code = $4, signal = $5,
-		restored = $6, dir = $7, message = $8, started_at = $9, ended_at = $10 WHERE id = $11`, args...)
+		restored = $6, dir = $7, message = $8, started_at = $9, ended_at = $10, pool = $11, cost = $12,
+		lost_cost = $13 WHERE id = $14`, args...)
 	return nil
 }
 

@@ -195,8 +195,9 @@ func TestRefusesNewerSchema(t *testing.T) {
 }
 
 // TestMigratesVersion2 opens a schema that an older Virga left at version 2,
-// holding a trial, and checks that Open brings it to the latest version and
-// the trial reads back with no lineage and no prediction.
+// holding a trial and its attempt, and checks that Open brings it to the
+// latest version: the trial reads back with no lineage and no prediction, the
+// attempt with no pool and no cost.
 func TestMigratesVersion2(t *testing.T) {
 	ctx := context.Background()
 	u := freshSchema(t)
@@ -221,7 +222,9 @@ func TestMigratesVersion2(t *testing.T) {
 		fmt.Sprintf(`INSERT INTO trials (id, experiment_id, seq, request, state, hparams, attempts, restarts, step,
 			latest, best, best_step, checkpoint, message, created_at)
 			VALUES (7, 1, 1, 'req-1', 'RUNNING', '{"lr":0.5}', 1, 0, 40, 0.75, 0.5, 30, 'ck-40', 'running', %d)`,
-			created.UnixNano()))
+			created.UnixNano()),
+		fmt.Sprintf(`INSERT INTO attempts (id, trial_id, number, state, outcome, backend, pid, signal, restored, dir,
+			message, created_at) VALUES (3, 7, 1, 'RUNNING', '', 'local', 42, '', '', '/d', '', %d)`, created.UnixNano()))
 	for _, q := range stmts {
 		if _, err := c.Exec(ctx, q); err != nil {
 			c.Close(ctx)
@@ -244,6 +247,15 @@ func TestMigratesVersion2(t *testing.T) {
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("trials of the version-2 schema (-want +got):\n%s", d)
+	}
+	wantA := []*virga.Attempt{{ID: 3, TrialID: 7, Number: 1, State: virga.AttemptRunning, Backend: "local", PID: 42,
+		Dir: "/d", CreatedAt: created}}
+	as, err := s.ExperimentAttempts(ctx, 1)
+	if err != nil {
+		t.Fatalf("ExperimentAttempts: %v", err)
+	}
+	if d := cmp.Diff(wantA, as); d != "" {
+		t.Errorf("attempts of the version-2 schema (-want +got):\n%s", d)
 	}
 }
 

@@ -139,7 +139,7 @@ func scanAttempt(r pgx.Row) (*virga.Attempt, error) {
 	var number, pid int64
 	var exit, created, started, ended *int64
 	if err := r.Scan(&a.ID, &a.TrialID, &number, &state, &outcome, &a.Backend, &pid, &exit, &a.Signal,
-		&a.Restored, &a.Dir, &a.Message, &created, &started, &ended); err != nil {
+		&a.Restored, &a.Dir, &a.Message, &created, &started, &ended, &a.Pool, &a.Cost, &a.LostCost); err != nil {
 		return nil, err
 	}
 	a.Number, a.PID = int(number), int(pid)
@@ -152,6 +152,14 @@ func scanAttempt(r pgx.Row) (*virga.Attempt, error) {
 func (s *Store) Attempts(ctx context.Context, trialID int64) ([]*virga.Attempt, error) {
 	return list(ctx, s, fmt.Sprintf("attempts of trial %d", trialID), scanAttempt,
 		`SELECT id, `+attemptCols+` FROM attempts WHERE trial_id = $1 ORDER BY number`, trialID)
+}
+
+// ExperimentAttempts lists the attempts of an experiment's trials, ordered
+// by trial ID and Number.
+func (s *Store) ExperimentAttempts(ctx context.Context, experimentID int64) ([]*virga.Attempt, error) {
+	return list(ctx, s, fmt.Sprintf("attempts of experiment %d", experimentID), scanAttempt,
+		`SELECT id, `+attemptCols+` FROM attempts WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id = $1)
+		ORDER BY trial_id, number`, experimentID)
 }
 
 // LiveAttempts lists every attempt not in state EXITED, ordered by ID.

@@ -183,7 +183,7 @@ const (
 	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
 	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction`
 	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
-	created_at, started_at, ended_at`
+	created_at, started_at, ended_at, pool, cost, lost_cost`
 )
 
 // The statements of the rows that are inserted and updated. An update leaves
@@ -197,9 +197,9 @@ const (
 	updateTrial = `UPDATE trials SET state = ?, attempts = ?, restarts = ?, step = ?, latest = ?, best = ?,
 		best_step = ?, checkpoint = ?, message = ?, updated_at = ?, ended_at = ?, prediction = ? WHERE id = ?`
 	insertAttempt = `INSERT INTO attempts (` + attemptCols + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateAttempt = `UPDATE attempts SET state = ?, outcome = ?, pid = ?, exit_code = ?, signal = ?,
-		restored = ?, dir = ?, message = ?, started_at = ?, ended_at = ? WHERE id = ?`
+		restored = ?, dir = ?, message = ?, started_at = ?, ended_at = ?, pool = ?, cost = ?, lost_cost = ? WHERE id = ?`
 	insertEvent = `INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time)
 		VALUES (?, ?, ?, ?, ?, ?)`
 	updateEvent = `UPDATE events SET experiment_id = ?, trial_id = ?, attempt_id = ?, kind = ?, message = ?,
@@ -365,7 +365,8 @@ func (w *writer) attempt(a *virga.Attempt) error {
 			var enc column.Encoder
 			args := []any{a.TrialID, a.Number, string(a.State), string(a.Outcome), a.Backend, a.PID, column.IntPtr(a.ExitCode),
 				a.Signal, a.Restored, a.Dir, a.Message,
-				enc.Time("created_at", a.CreatedAt), enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt)}
+				enc.Time("created_at", a.CreatedAt), enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt),
+				a.Pool, enc.Dollars("cost", a.Cost), enc.Dollars("lost_cost", a.LostCost)}
 			if enc.Err != nil {
 				return fail(enc.Err)
 			}
@@ -374,7 +375,8 @@ func (w *writer) attempt(a *virga.Attempt) error {
 		func() ([]any, error) {
 			var enc column.Encoder
 			args := []any{string(a.State), string(a.Outcome), a.PID, column.IntPtr(a.ExitCode), a.Signal, a.Restored,
-				a.Dir, a.Message, enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt)}
+				a.Dir, a.Message, enc.Time("started_at", a.StartedAt), enc.Time("ended_at", a.EndedAt),
+				a.Pool, enc.Dollars("cost", a.Cost), enc.Dollars("lost_cost", a.LostCost)}
 			if enc.Err != nil {
 				return fail(enc.Err)
 			}

@@ -122,9 +122,10 @@ func TestRefusesNewerSchema(t *testing.T) {
 }
 
 // TestMigratesVersion2 opens a database that an older Virga left at schema
-// version 2, holding a trial, and checks that Open brings it to the latest
-// version: the trial reads back as it was, with no lineage and no
-// prediction, and the new columns can be written.
+// version 2, holding a trial and its attempt, and checks that Open brings it
+// to the latest version: the trial reads back as it was, with no lineage and
+// no prediction, the attempt with no pool and no cost, and the new columns
+// can be written.
 func TestMigratesVersion2(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "virga.db")
@@ -153,6 +154,10 @@ func TestMigratesVersion2(t *testing.T) {
 		fmt.Sprintf(`INSERT INTO trials (id, experiment_id, seq, request, state, hparams, attempts, restarts, step,
 			latest, best, best_step, checkpoint, message, created_at, updated_at, ended_at)
 			VALUES (7, 1, 1, 'req-1', 'RUNNING', '{"lr":0.5}', 1, 0, 40, 0.75, 0.5, 30, 'ck-40', 'running', %d, %d, NULL)`,
+			created.UnixNano(), updated.UnixNano()),
+		fmt.Sprintf(`INSERT INTO attempts (id, trial_id, number, state, outcome, backend, pid, exit_code, signal,
+			restored, dir, message, created_at, started_at, ended_at)
+			VALUES (3, 7, 1, 'RUNNING', '', 'local', 42, NULL, '', '', '/d', '', %d, %d, NULL)`,
 			created.UnixNano(), updated.UnixNano()))
 	for _, q := range stmts {
 		if _, err := db.ExecContext(ctx, q); err != nil {
@@ -199,6 +204,28 @@ func TestMigratesVersion2(t *testing.T) {
 	}
 	if d := cmp.Diff([]*virga.Trial{want, child}, list); d != "" {
 		t.Errorf("trials written after the migration (-want +got):\n%s", d)
+	}
+
+	// 4. The attempt reads back with no pool and no cost, and takes them.
+	wantA := &virga.Attempt{ID: 3, TrialID: 7, Number: 1, State: virga.AttemptRunning, Backend: "local", PID: 42,
+		Dir: "/d", CreatedAt: created, StartedAt: updated}
+	as, err := s.Attempts(ctx, 7)
+	if err != nil {
+		t.Fatalf("Attempts: %v", err)
+	}
+	if d := cmp.Diff([]*virga.Attempt{wantA}, as); d != "" {
+		t.Errorf("attempts of the version-2 database (-want +got):\n%s", d)
+	}
+	wantA.State, wantA.Outcome, wantA.Pool, wantA.Cost, wantA.LostCost = virga.AttemptExited, virga.OutcomePreempted, "spot", 0.5, 0.25
+	if err := s.Apply(ctx, &store.Batch{Attempts: []*virga.Attempt{wantA}}); err != nil {
+		t.Fatalf("Apply to the migrated database: %v", err)
+	}
+	as, err = s.ExperimentAttempts(ctx, 1)
+	if err != nil {
+		t.Fatalf("ExperimentAttempts: %v", err)
+	}
+	if d := cmp.Diff([]*virga.Attempt{wantA}, as); d != "" {
+		t.Errorf("attempts written after the migration (-want +got):\n%s", d)
 	}
 }
 

@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"TrialLineageAndPrediction", testTrialLineageAndPrediction},
 		{"AttemptRoundTrip", testAttemptRoundTrip},
 		{"NewAttempts", testNewAttempts},
+		{"AttemptCost", testAttemptCost},
 		{"UpdateKeepsFixedFields", testUpdateKeepsFixedFields},
 		{"NotFound", testNotFound},
 		{"UpdateMissingRollsBack", testUpdateMissingRollsBack},
@@ -385,6 +386,8 @@ func testUpdateKeepsFixedFields(t *testing.T, s store.Store) {
 	ua.State, ua.Outcome, ua.PID, ua.ExitCode, ua.Signal = virga.AttemptExited, virga.OutcomeFailed, 99, ptr(3), "killed"
 	ua.Restored, ua.Dir, ua.Message = "ck0", "/d", "gone"
 	ua.StartedAt, ua.EndedAt = at(2*time.Hour), at(3*time.Hour)
+	ua.Pool, ua.Cost, ua.LostCost = "spot", 1.5, 0.25
+	wantA.Pool, wantA.Cost, wantA.LostCost = ua.Pool, ua.Cost, ua.LostCost
 	wantA.State, wantA.Outcome, wantA.PID, wantA.ExitCode, wantA.Signal = ua.State, ua.Outcome, ua.PID, ua.ExitCode, ua.Signal
 	wantA.Restored, wantA.Dir, wantA.Message = ua.Restored, ua.Dir, ua.Message
 	wantA.StartedAt, wantA.EndedAt = ua.StartedAt, ua.EndedAt
@@ -422,6 +425,7 @@ func testAttemptRoundTrip(t *testing.T, s store.Store) {
 		TrialID: ts[0].ID, Number: 1, State: virga.AttemptExited, Outcome: virga.OutcomeFailed, Backend: "local",
 		PID: 4242, ExitCode: ptr(0), Signal: "killed", Restored: "ck1", Dir: "/data/trials/1/attempts/1",
 		Message: "boom", CreatedAt: at(0), StartedAt: at(time.Millisecond), EndedAt: at(time.Hour),
+		Pool: "p3-spot", Cost: 3.0625, LostCost: 0.125,
 	}
 	b := newAttempt(ts[0].ID, 2) // ExitCode nil, zero times
 	apply(t, s, &store.Batch{Attempts: []*virga.Attempt{a, b}})
@@ -470,6 +474,73 @@ func testNewAttempts(t *testing.T, s store.Store) {
 	if t4.ID != 0 || a4.ID != 0 || a4.TrialID != 0 {
 		t.Errorf("after a failed batch: trial ID %d, attempt ID %d, attempt trial ID %d; want all 0", t4.ID, a4.ID, a4.TrialID)
 	}
+}
+
+// testAttemptCost checks an attempt's pool, cost and lost cost: written on
+// insert (both ways) and update, listed per experiment by
+// ExperimentAttempts, and a cost that is not a finite number refused with
+// the whole batch.
+func testAttemptCost(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	e, ts := seed(t, s, 2)
+	other, ots := seed(t, s, 1)
+	// 1. Inserted with a pool and a cost; the new trial's attempt too.
+	a1 := newAttempt(ts[0].ID, 1)
+	a1.State, a1.Outcome, a1.Pool, a1.Cost, a1.LostCost = virga.AttemptExited, virga.OutcomePreempted, "spot-a", 0.1+0.2, 1.0/3
+	a2 := newAttempt(ts[0].ID, 2)
+	a2.Pool = "ondemand"
+	b1 := newAttempt(ts[1].ID, 1)
+	b1.Cost = 1e-9 // a second of a cheap share: small amounts stay exact
+	o1 := newAttempt(ots[0].ID, 1)
+	o1.Pool, o1.Cost = "spot-a", 99
+	t3, c1 := newTrial(e.ID, 3), newAttempt(0, 1)
+	c1.Pool, c1.Cost = "spot-b", 12345.678
+	apply(t, s, &store.Batch{Trials: []*virga.Trial{t3}, NewAttempts: []store.NewAttempt{{Trial: t3, Attempt: c1}},
+		Attempts: []*virga.Attempt{b1, a2, o1, a1}})
+	got, err := s.ExperimentAttempts(ctx, e.ID)
+	if err != nil {
+		t.Fatalf("ExperimentAttempts: %v", err)
+	}
+	diff(t, "attempts of the experiment", []*virga.Attempt{a1, a2, b1, c1}, got)
+	if got, err := s.ExperimentAttempts(ctx, other.ID); err != nil {
+		t.Fatalf("ExperimentAttempts(other): %v", err)
+	} else {
+		diff(t, "attempts of the other experiment", []*virga.Attempt{o1}, got)
+	}
+	if got, err := s.ExperimentAttempts(ctx, other.ID+1000); err != nil || len(got) != 0 {
+		t.Errorf("ExperimentAttempts(no such experiment) = %v, %v; want none", got, err)
+	}
+
+	// 2. An update writes the final cost, and a pool decided late.
+	a2.State, a2.Cost, a2.LostCost, a2.Pool = virga.AttemptExited, 2.5, 0.75, "ondemand-b"
+	apply(t, s, &store.Batch{Attempts: []*virga.Attempt{a2}})
+	got, err = s.Attempts(ctx, ts[0].ID)
+	if err != nil {
+		t.Fatalf("Attempts: %v", err)
+	}
+	diff(t, "attempts after the cost update", []*virga.Attempt{a1, a2}, got)
+
+	// 3. A cost that is not a finite number is refused with its batch.
+	for _, bad := range []float64{math.NaN(), math.Inf(1)} {
+		a3 := newAttempt(ts[0].ID, 3)
+		a3.Cost = bad
+		b1.LostCost = 7
+		err := s.Apply(ctx, &store.Batch{Attempts: []*virga.Attempt{b1, a3}})
+		if err == nil {
+			t.Errorf("an attempt costing %g was stored", bad)
+		}
+		b1.LostCost = 0
+		up := *a2
+		up.LostCost = bad
+		if err := s.Apply(ctx, &store.Batch{Attempts: []*virga.Attempt{&up}}); err == nil {
+			t.Errorf("an update to a lost cost of %g was stored", bad)
+		}
+	}
+	got, err = s.ExperimentAttempts(ctx, e.ID)
+	if err != nil {
+		t.Fatalf("ExperimentAttempts: %v", err)
+	}
+	diff(t, "attempts after refused costs", []*virga.Attempt{a1, a2, b1, c1}, got)
 }
 
 func testNotFound(t *testing.T, s store.Store) {
@@ -1037,6 +1108,7 @@ func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.S
 	ctx := context.Background()
 	e, ts := seed(t, s, 2)
 	a := newAttempt(ts[0].ID, 1)
+	a.State, a.Outcome, a.Pool, a.Cost, a.LostCost = virga.AttemptExited, virga.OutcomePreempted, "spot", 4.25, 1.5
 	// A third trial continues from the first; the second gets a prediction.
 	t3 := newTrial(e.ID, 3)
 	t3.Parent, t3.ParentCheckpoint, t3.ParentStep = ts[0].ID, "ck", 3
@@ -1076,6 +1148,11 @@ func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.S
 		t.Fatalf("Attempts: %v", err)
 	}
 	diff(t, "attempts after reopen", []*virga.Attempt{a}, gotAs)
+	gotAs, err = s.ExperimentAttempts(ctx, e.ID)
+	if err != nil {
+		t.Fatalf("ExperimentAttempts: %v", err)
+	}
+	diff(t, "attempts of the experiment after reopen", []*virga.Attempt{a}, gotAs)
 	gotCk, err := s.Checkpoints(ctx, ts[0].ID)
 	if err != nil {
 		t.Fatalf("Checkpoints: %v", err)
