@@ -105,6 +105,9 @@ type Config struct {
 	Secret []byte
 	// NewSearcher makes searchers; nil means search.New.
 	NewSearcher func(e *spec.Experiment, seed uint64) (search.Searcher, error)
+	// Pricer prices attempts' runs (their Cost and LostCost); nil means
+	// everything costs 0.
+	Pricer Pricer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Rand picks seeds for experiments that do not set one; nil means a source seeded from the clock.

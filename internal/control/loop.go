@@ -366,6 +366,7 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	default:
 		a.Outcome = virga.OutcomeFailed
 	}
+	c.settleCost(ts, a)
 	it.b.Attempts = append(it.b.Attempts, a)
 	it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: "attempt.exited",
 		Message: describeExit(a), Time: ev.Time})
