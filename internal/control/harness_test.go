@@ -148,6 +148,9 @@ type harness struct {
 	cancel context.CancelFunc
 	runErr chan error
 	tick   time.Duration
+	// pricer and now, when set, are the controller's Pricer and clock.
+	pricer control.Pricer
+	now    func() time.Time
 }
 
 func newHarness(t *testing.T) *harness {
@@ -178,7 +181,7 @@ func (h *harness) start(be backend.Backend) {
 		h.be = b.fake()
 	}
 	ctl, err := control.New(control.Config{Store: h.st, Backend: be, Checkpoints: h.ck, DataDir: h.dir,
-		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick})
+		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Now: h.now})
 	if err != nil {
 		h.t.Fatal(err)
 	}
