@@ -27,6 +27,9 @@ type StartSpec struct {
 	ReportURL string
 	// Token authorises reports for this trial (sent as a Bearer token).
 	Token string
+	// Pool is the capacity pool to run on (see Pooled); empty means the
+	// backend's default pool.
+	Pool string
 }
 
 // EventKind says what happened to an attempt.
@@ -47,7 +50,15 @@ type Event struct {
 	ExitCode  *int   // Exited normally
 	Signal    string // Exited by a signal, e.g. "killed", "terminated"
 	Lost      bool   // Exited: no exit status could be had
-	Message   string
+	// Preempted (Exited) means the attempt ended because its pool's
+	// capacity was reclaimed (a spot node taken back): the backend sent it
+	// the reclaim's warning (SIGTERM) before it ended, and SIGKILL at the
+	// reclaim if it still ran. ExitCode or Signal say how it ended.
+	Preempted bool
+	// Pool is the pool the attempt ran on (Started, Exited); empty for a
+	// backend without pools.
+	Pool    string
+	Message string
 }
 
 // Backend runs attempts. Methods are safe for concurrent use.
@@ -90,4 +101,48 @@ type Sizer interface {
 	// Capacity returns the total resources the backend can ever offer: what
 	// Free returns with nothing running or adopted. It does not change.
 	Capacity() virga.Resources
+}
+
+// PoolStatus is one capacity pool of a backend as it is now.
+type PoolStatus struct {
+	Name string
+	// Capacity is the most the pool can ever hand out; Free is what running
+	// and adopted attempts leave of it (negative in a dimension when adopted
+	// attempts overcommit it).
+	Capacity virga.Resources
+	Free     virga.Resources
+	// Preemptible means the pool's capacity can be reclaimed (spot); Up
+	// then says whether it can be had now, Next when Up next changes (zero:
+	// never), and Warning how long before a reclaim its attempts are told
+	// (SIGTERM). A pool that is not preemptible is always up.
+	Preemptible bool
+	Up          bool
+	Next        time.Time
+	Warning     time.Duration
+}
+
+// Reclaiming reports whether the pool's next reclaim has been announced at
+// now: it is up, and goes down within its warning. An attempt started on it
+// now is told at once to stop.
+func (p PoolStatus) Reclaiming(now time.Time) bool {
+	return p.Up && !p.Next.IsZero() && !now.Before(p.Next.Add(-p.Warning))
+}
+
+// Pooled is a backend whose capacity comes in named pools (for example
+// on-demand and spot nodes), so that the control loop can place each attempt
+// on one (StartSpec.Pool).
+type Pooled interface {
+	// Pools returns the status of every pool, in the backend's configured
+	// order (the first is the default pool). It returns nil if the backend
+	// has a single pool without a name (all of its capacity): attempts then
+	// leave StartSpec.Pool empty. The slice is the caller's.
+	Pools() []PoolStatus
+}
+
+// Availability says when a preemptible pool's capacity can be had, for
+// example a spot availability trace replayed against the clock.
+type Availability interface {
+	// Up reports whether capacity is available at t, and when that next
+	// changes after t (zero: never). It is a pure function of t.
+	Up(t time.Time) (up bool, next time.Time)
 }

@@ -28,6 +28,13 @@ import (
 //     once exit.json exists: from then on exit.json alone keeps any later
 //     shim from starting (see declareOver).
 //
+// The attempt's resources are reserved in its pool: a.Pool, else the one
+// recorded in its directory (PoolFile), else the default pool. If the
+// attempt was told of a reclaim by the earlier server (PreemptFile), its
+// Exited event says Preempted, and if it still runs it is killed at the
+// reclaim (at once if that is past); if its pool is being reclaimed or is
+// down now, it is preempted as an attempt started here would be.
+//
 // It returns an error, emitting nothing, if the attempt is already running
 // here, if a.Dir is not absolute, or on I/O failure.
 func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resources) error {
@@ -37,7 +44,19 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 	if at == nil || !filepath.IsAbs(at.Dir) {
 		return errors.New("adopting attempt: it needs an absolute Dir")
 	}
-	a := &attempt{id: at.ID, dir: at.Dir}
+	poolName := at.Pool
+	if poolName == "" {
+		poolName = readPoolFile(at.Dir)
+	}
+	p, err := b.poolNamed(poolName)
+	if err != nil {
+		p = b.pools[0] // the pools changed since: count it in the default one
+	}
+	a := &attempt{id: at.ID, dir: at.Dir, pool: p}
+	if rec, err := readPreemptRecord(at.Dir); err == nil {
+		// Warned already: never SIGTERM again, SIGKILL at the reclaim.
+		a.preempted, a.termSent, a.preemptKillAt = true, true, time.Unix(0, rec.KillAtNS)
+	}
 	b.mu.Lock()
 	switch {
 	case b.closed:
@@ -71,7 +90,8 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 		return fmt.Errorf("adopting attempt %d: the local backend is closed", at.ID)
 	}
 	a.res = res
-	b.reserved = b.reserved.Add(res)
+	p.reserved = p.reserved.Add(res)
+	b.joinPoolLocked(a, p)
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go b.watchAdopted(a, lock)

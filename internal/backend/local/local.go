@@ -28,12 +28,20 @@ var ErrNoCapacity = fmt.Errorf("local backend: %w", virga.ErrNoCapacity)
 // Config configures a local Backend. The zero value is usable.
 type Config struct {
 	// Capacity is what the backend may hand out. Zero means this machine:
-	// runtime.NumCPU cores, MemTotal from /proc/meminfo, no GPUs.
+	// runtime.NumCPU cores, MemTotal from /proc/meminfo, no GPUs. It is
+	// ignored when Pools are set.
 	Capacity virga.Resources
+	// Pools, if set, split what the backend hands out into named pools, in
+	// this order (the first is the default: StartSpec.Pool empty), some of
+	// which may emulate spot capacity (see Pool). With none, the backend
+	// has one unnamed pool of Capacity, always up.
+	Pools []Pool
 	// ShimCommand runs the shim; the shim's flags and the trial's argv are
 	// appended. Default: [os.Executable(), "shim"].
 	ShimCommand []string
-	// Now is the clock for event times; nil means time.Now.
+	// Now is the clock for event times and for the pools' availability; nil
+	// means time.Now. The emulation waits for the times it gives with real
+	// timers, so it must advance at the pace of the wall clock.
 	Now func() time.Time
 	// PollInterval is how often an adopted attempt's lock is tried to learn
 	// that its shim ended. Default 100ms.
@@ -53,9 +61,12 @@ type Config struct {
 }
 
 // Backend runs attempts as processes on this machine, each under a `virga
-// shim`. It implements backend.Backend, backend.Adopter and backend.Sizer.
+// shim`. It implements backend.Backend, backend.Adopter, backend.Sizer and
+// backend.Pooled.
 type Backend struct {
-	capacity virga.Resources
+	capacity virga.Resources // the sum of the pools' capacities
+	pools    []*capPool      // fixed after New; their state is guarded by mu
+	named    bool            // pools were configured
 	shim     []string
 	now      func() time.Time
 	poll     time.Duration
@@ -69,7 +80,6 @@ type Backend struct {
 	wg     sync.WaitGroup // adopted watchers and refillLoop
 
 	mu       sync.Mutex
-	reserved virga.Resources
 	attempts map[int64]*attempt // running or adopted, until their Exited
 	held     []*os.File         // locks of attempts declared over without an exit.json, released by Close
 	idle     []*warmShim        // warm shims waiting for an attempt
@@ -80,14 +90,16 @@ var (
 	_ backend.Backend = (*Backend)(nil)
 	_ backend.Adopter = (*Backend)(nil)
 	_ backend.Sizer   = (*Backend)(nil)
+	_ backend.Pooled  = (*Backend)(nil)
 )
 
 // attempt is the backend's record of one running or adopted attempt. id and
 // dir are fixed; the other fields are guarded by Backend.mu.
 type attempt struct {
-	id  int64
-	dir string
-	res virga.Resources
+	id   int64
+	dir  string
+	res  virga.Resources
+	pool *capPool // where res is reserved
 
 	pid  int  // the trial's pid (= its process group id); 0 until known
 	done bool // Exited was decided; never signal again
@@ -95,9 +107,14 @@ type attempt struct {
 	stopAsked  bool          // Stop came before the pid was known
 	stopGrace  time.Duration // the shortest grace asked before the pid was known
 	termSent   bool
-	killAt     time.Time
+	killAt     time.Time // wall clock
 	killTimer  *time.Timer
 	killIssued bool
+
+	// preempted: its pool's reclaim was announced to it (PreemptFile
+	// written); it is killed at preemptKillAt (wall clock).
+	preempted     bool
+	preemptKillAt time.Time
 }
 
 // New returns a backend with cfg's defaults filled in.
@@ -109,12 +126,23 @@ func New(cfg Config) (*Backend, error) {
 		poll:     cfg.PollInterval,
 		attempts: make(map[int64]*attempt),
 	}
-	if b.capacity == (virga.Resources{}) {
+	if b.capacity == (virga.Resources{}) && len(cfg.Pools) == 0 {
 		mem, err := memTotalMB()
 		if err != nil {
 			return nil, fmt.Errorf("local backend: detecting capacity: %w", err)
 		}
 		b.capacity = virga.Resources{CPU: float64(runtime.NumCPU()), MemoryMB: mem}
+	}
+	pools, err := newPools(cfg.Pools, b.capacity)
+	if err != nil {
+		return nil, err
+	}
+	b.pools, b.named = pools, len(cfg.Pools) > 0
+	if b.named {
+		b.capacity = virga.Resources{}
+		for _, p := range pools {
+			b.capacity = b.capacity.Add(p.capacity)
+		}
 	}
 	if len(b.shim) == 0 {
 		exe, err := os.Executable()
@@ -144,6 +172,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.q = newEventQueue()
+	b.startEmulation()
 	if b.warm > 0 {
 		b.refill = make(chan struct{}, 1)
 		b.wg.Add(1)
@@ -190,23 +219,33 @@ func (b *Backend) Name() string { return "local" }
 // shim could not run, or the directory was locked) gets only Exited.
 func (b *Backend) Events() <-chan backend.Event { return b.q.out }
 
-// Free returns the capacity not reserved by running or adopted attempts. It
-// can be negative in a dimension when adopted attempts overcommit it.
+// Free returns the capacity not reserved by running or adopted attempts,
+// summed over the pools that are up (Pools tells each pool's). It can be
+// negative in a dimension when adopted attempts overcommit it.
 func (b *Backend) Free() virga.Resources {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.capacity.Sub(b.reserved)
+	var free virga.Resources
+	for _, p := range b.pools {
+		if p.up {
+			free = free.Add(p.capacity.Sub(p.reserved))
+		}
+	}
+	return free
 }
 
 // Capacity returns the total resources the backend can ever offer
-// (Config.Capacity, or this machine's), whatever runs.
+// (Config.Capacity, or this machine's, or the sum of the pools'), whatever
+// runs.
 func (b *Backend) Capacity() virga.Resources { return b.capacity }
 
 // Start reserves the attempt's resources and hands the attempt to a warm
 // shim, or launches one; it returns without waiting for the trial. An empty
-// s.Workdir means this process's working directory. Started follows when the shim reports the
-// trial's pid; Exited follows when the shim ends. Start returns an error
-// wrapping ErrNoCapacity if the resources do not fit, and one wrapping
+// s.Workdir means this process's working directory; an empty s.Pool, the
+// default pool. Started follows when the shim reports the trial's pid;
+// Exited follows when the shim ends. Start returns an error wrapping
+// ErrNoCapacity if the resources do not fit in the pool's free capacity or
+// the pool is down, and one wrapping
 // virga.ErrConflict if the attempt is running here or its directory records
 // an earlier run. A trial that cannot be executed (no such command, bad
 // workdir) is not a Start error: it ends with exit code 127 and a Message.
@@ -233,22 +272,40 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 		return fmt.Errorf("starting attempt %d: %s exists, the attempt already ran: %w", s.AttemptID, filepath.Join(s.Dir, ExitFile), virga.ErrConflict)
 	}
 
-	// 1. Reserve.
-	a := &attempt{id: s.AttemptID, dir: s.Dir, res: s.Resources}
+	p, err := b.poolNamed(s.Pool)
+	if err != nil {
+		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, err)
+	}
+
+	// 1. Reserve in the pool, and apply a reclaim under way.
+	a := &attempt{id: s.AttemptID, dir: s.Dir, res: s.Resources, pool: p}
 	b.mu.Lock()
-	switch free := b.capacity.Sub(b.reserved); {
+	switch free := p.capacity.Sub(p.reserved); {
 	case b.closed:
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: the local backend is closed", s.AttemptID)
 	case b.attempts[s.AttemptID] != nil:
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: already running: %w", s.AttemptID, virga.ErrConflict)
+	case !p.up:
+		b.mu.Unlock()
+		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, downError(p))
 	case !s.Resources.Fits(free):
 		b.mu.Unlock()
-		return fmt.Errorf("starting attempt %d: needs %s, free %s: %w", s.AttemptID, fmtRes(s.Resources), fmtRes(free), ErrNoCapacity)
+		in := ""
+		if b.named {
+			in = " in pool " + p.name
+		}
+		return fmt.Errorf("starting attempt %d: needs %s, free%s %s: %w", s.AttemptID, fmtRes(s.Resources), in, fmtRes(free), ErrNoCapacity)
 	}
-	b.reserved = b.reserved.Add(s.Resources)
+	p.reserved = p.reserved.Add(s.Resources)
 	b.attempts[s.AttemptID] = a
+	b.mu.Unlock()
+	if b.named {
+		writePoolFile(s.Dir, p.name)
+	}
+	b.mu.Lock()
+	b.joinPoolLocked(a, p) // after the pool file: it may write PreemptFile
 	b.mu.Unlock()
 
 	// 2. Hand it to a warm shim, or launch one.
@@ -258,8 +315,9 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	}
 	if err != nil {
 		b.mu.Lock()
-		b.reserved = b.reserved.Sub(s.Resources)
+		p.reserved = p.reserved.Sub(s.Resources)
 		delete(b.attempts, s.AttemptID)
+		a.done = true
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, err)
 	}
@@ -352,16 +410,28 @@ func (b *Backend) started(a *attempt, pid int, t time.Time) {
 		return
 	}
 	a.pid = pid
-	b.q.push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: t, PID: pid})
+	b.q.push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: t, PID: pid, Pool: b.poolName(a)})
+	// The group may be gone already.
 	if a.stopAsked {
-		_ = b.stopLocked(a, a.stopGrace) // the group may be gone already
+		_ = b.stopLocked(a, time.Now().Add(a.stopGrace))
+	}
+	if a.preempted {
+		_ = b.stopLocked(a, a.preemptKillAt)
 	}
 	b.mu.Unlock()
 }
 
+// poolName is the name of a's pool, "" without named pools.
+func (b *Backend) poolName(a *attempt) string {
+	if a.pool == nil {
+		return ""
+	}
+	return a.pool.name
+}
+
 // finish releases the attempt's resources, forgets it and emits ev (its
-// Exited event). Resources are released before the event so that a reader
-// reacting to it finds them free.
+// Exited event, marked Preempted if the attempt was). Resources are released
+// before the event so that a reader reacting to it finds them free.
 func (b *Backend) finish(a *attempt, ev backend.Event) {
 	b.mu.Lock()
 	if a.done {
@@ -372,9 +442,16 @@ func (b *Backend) finish(a *attempt, ev backend.Event) {
 	if a.killTimer != nil {
 		a.killTimer.Stop()
 	}
-	b.reserved = b.reserved.Sub(a.res)
+	if a.pool != nil {
+		a.pool.reserved = a.pool.reserved.Sub(a.res)
+	}
 	if b.attempts[a.id] == a {
 		delete(b.attempts, a.id)
+	}
+	ev.Preempted = ev.Preempted || a.preempted
+	ev.Pool = b.poolName(a)
+	if ev.Preempted && !ev.Lost {
+		ev.Message = strings.TrimPrefix(ev.Message+"; ", "; ") + "preempted: pool " + ev.Pool + " reclaimed its capacity"
 	}
 	b.q.push(ev)
 	b.mu.Unlock()
@@ -399,19 +476,20 @@ func (b *Backend) Stop(attemptID int64, grace time.Duration) error {
 		}
 		return nil
 	}
-	if err := b.stopLocked(a, grace); err != nil {
+	if err := b.stopLocked(a, time.Now().Add(grace)); err != nil {
 		return fmt.Errorf("stopping attempt %d: %w", attemptID, err)
 	}
 	return nil
 }
 
-// stopLocked signals a's group; b.mu is held and a.pid is known.
-func (b *Backend) stopLocked(a *attempt, grace time.Duration) error {
+// stopLocked sends SIGTERM to a's group (unless it was sent already) and
+// SIGKILL at killAt (wall clock; at once if it is past); a later call can
+// only bring the SIGKILL closer. b.mu is held and a.pid is known.
+func (b *Backend) stopLocked(a *attempt, killAt time.Time) error {
 	if a.killIssued {
 		return nil
 	}
-	killAt := time.Now().Add(grace)
-	if a.termSent && !killAt.Before(a.killAt) {
+	if a.termSent && !a.killAt.IsZero() && !killAt.Before(a.killAt) {
 		return nil
 	}
 	if a.killTimer != nil {
@@ -419,7 +497,8 @@ func (b *Backend) stopLocked(a *attempt, grace time.Duration) error {
 		a.killTimer = nil
 	}
 	a.killAt = killAt
-	if grace == 0 {
+	grace := time.Until(killAt)
+	if grace <= 0 {
 		a.termSent, a.killIssued = true, true
 		return signalGroup(a.pid, unix.SIGKILL)
 	}
