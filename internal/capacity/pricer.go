@@ -39,8 +39,10 @@ func Constant(usdPerHour float64) *trace.Series {
 
 // Share returns the fraction of a node that res takes: the largest of its
 // CPU, memory and GPU fractions (a run that takes all of a node's GPUs keeps
-// the node from others, however few of its cores it uses). It is 0 for a run
-// that takes nothing, and an error for one that does not fit on the node.
+// the node from others, however few of its cores it uses). A dimension the
+// node does not state (0, as memory may be) is not counted. It is 0 for a
+// run that takes nothing, and an error for one that does not fit on the
+// node.
 func Share(res, node virga.Resources) (float64, error) {
 	share := 0.0
 	for _, d := range []struct {
@@ -52,7 +54,7 @@ func Share(res, node virga.Resources) (float64, error) {
 		{"gpu", float64(res.GPU), float64(node.GPU)},
 	} {
 		switch {
-		case d.need <= 0:
+		case d.need <= 0 || d.has <= 0:
 		case d.need > d.has+1e-9:
 			return 0, fmt.Errorf("%s %g is more than a node has (%g)", d.name, d.need, d.has)
 		default:

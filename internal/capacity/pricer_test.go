@@ -37,9 +37,9 @@ func TestShare(t *testing.T) {
 			}
 		})
 	}
-	// A node without GPUs fits no run that needs one.
-	if _, err := Share(virga.Resources{CPU: 1, GPU: 1}, virga.Resources{CPU: 8, MemoryMB: 1024}); err == nil {
-		t.Error("a GPU run fit on a node without GPUs")
+	// A dimension the node does not state is not counted.
+	if got, err := Share(virga.Resources{CPU: 2, MemoryMB: 1 << 20}, virga.Resources{CPU: 8}); err != nil || got != 0.25 {
+		t.Errorf("Share on a node without memory stated = %v, %v; want 0.25 (its cores)", got, err)
 	}
 }
 
