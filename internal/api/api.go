@@ -39,6 +39,12 @@ type Config struct {
 	Version string
 	// PollInterval is how often followed logs are checked for growth (default 200ms).
 	PollInterval time.Duration
+	// Pricer prices running attempts up to the moment they are read (the
+	// controller's, so both agree); nil prices them at 0. Ended attempts
+	// keep the cost the control loop recorded.
+	Pricer control.Pricer
+	// Now is the clock running attempts are priced up to; nil means time.Now.
+	Now func() time.Time
 }
 
 // Server is the HTTP API.
@@ -54,6 +60,9 @@ type Server struct {
 func New(cfg Config) *Server {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 200 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, ctl: cfg.Control, st: cfg.Store, mux: http.NewServeMux()}
 	s.routes()
@@ -367,7 +376,12 @@ func (s *Server) listExperiments(w http.ResponseWriter, r *http.Request) {
 			writeError(w, statusOf(err), err)
 			return
 		}
-		out = append(out, s.view(e, trials, false))
+		v := s.view(e, trials, false)
+		if err := s.addSpend(r.Context(), &v); err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		out = append(out, v)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -384,7 +398,8 @@ func joinStates(states []virga.ExperimentState) string {
 	return strings.Join(out, ", ")
 }
 
-// ExperimentView is an experiment with its progress summary.
+// ExperimentView is an experiment with its progress summary and what it has
+// cost (Spend: every attempt of every trial) and on which pools.
 type ExperimentView struct {
 	*virga.Experiment
 	Objective spec.Objective           `json:"objective"`
@@ -392,6 +407,9 @@ type ExperimentView struct {
 	Counts    map[virga.TrialState]int `json:"counts"`
 	Best      *virga.Trial             `json:"best,omitempty"`
 	SpecText  string                   `json:"spec,omitempty"`
+	Spend
+	// Pools breaks Spend down by the pool the attempts ran on, by pool name.
+	Pools []PoolSpend `json:"pools,omitempty"`
 }
 
 func (s *Server) view(e *virga.Experiment, trials []*virga.Trial, withSpec bool) ExperimentView {
@@ -425,9 +443,15 @@ func BestTrial(trials []*virga.Trial, o spec.Objective) *virga.Trial {
 
 func (s *Server) getExperiment(w http.ResponseWriter, r *http.Request) {
 	e, trials, ok := s.experimentAndTrials(w, r)
-	if ok {
-		writeJSON(w, http.StatusOK, s.view(e, trials, true))
+	if !ok {
+		return
 	}
+	v := s.view(e, trials, true)
+	if err := s.addSpend(r.Context(), &v); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) controlExperiment(w http.ResponseWriter, r *http.Request) {
@@ -451,9 +475,26 @@ func (s *Server) controlExperiment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listTrials(w http.ResponseWriter, r *http.Request) {
-	if _, trials, ok := s.experimentAndTrials(w, r); ok {
-		writeList(w, trials, nil)
+	e, trials, ok := s.experimentAndTrials(w, r)
+	if !ok {
+		return
 	}
+	as, err := s.st.ExperimentAttempts(r.Context(), e.ID)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	byTrial := map[int64]Spend{}
+	for _, a := range s.priced(e, as) {
+		sp := byTrial[a.TrialID]
+		sp.add(a)
+		byTrial[a.TrialID] = sp
+	}
+	out := make([]TrialSummary, len(trials))
+	for i, t := range trials {
+		out[i] = TrialSummary{Trial: t, Spend: byTrial[t.ID]}
+	}
+	writeList(w, out, nil)
 }
 
 // experimentAndTrials reads the experiment of the path's ID and its trials,
@@ -553,10 +594,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	writeList(w, evs, err)
 }
 
-// TrialView is a trial with its attempts.
+// TrialView is a trial with its attempts (a running one's Cost priced up to
+// the moment of the answer) and what they cost together.
 type TrialView struct {
 	*virga.Trial
 	AttemptList []*virga.Attempt `json:"attempt_list"`
+	Spend
 }
 
 func (s *Server) getTrial(w http.ResponseWriter, r *http.Request) {
@@ -574,7 +617,19 @@ func (s *Server) getTrial(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, TrialView{Trial: t, AttemptList: as})
+	v := TrialView{Trial: t, AttemptList: as}
+	if live(as) {
+		e, err := s.st.Experiment(r.Context(), t.ExperimentID)
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		v.AttemptList = s.priced(e, as)
+	}
+	for _, a := range v.AttemptList {
+		v.add(a)
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {

@@ -21,7 +21,7 @@ var apiRoutes = []route{
 	{"get", "/api/v1/experiments", "List experiments, newest first (query: state=ACTIVE,PAUSED; limit=N)", "", "ExperimentViewList", ""},
 	{"get", "/api/v1/experiments/{id}", "One experiment with its summary and spec", "", "ExperimentView", ""},
 	{"post", "/api/v1/experiments/{id}/{op}", "Stop, pause or resume an experiment (op: stop|pause|resume)", "", "Experiment", ""},
-	{"get", "/api/v1/experiments/{id}/trials", "An experiment's trials in order", "", "TrialList", ""},
+	{"get", "/api/v1/experiments/{id}/trials", "An experiment's trials in order, with what each has cost", "", "TrialList", ""},
 	{"post", "/api/v1/experiments/{id}/trials", "Ask: create a trial of an API-driven experiment (no entrypoint)", "", "Asked", ""},
 	{"get", "/api/v1/experiments/{id}/best", "The best trial and its metrics at its best step", "", "BestView", ""},
 	{"get", "/api/v1/experiments/{id}/events", "Recorded transitions (query: after=ID)", "", "EventList", ""},
@@ -53,6 +53,9 @@ var (
 	tBool   = map[string]any{"type": "boolean"}
 	tTime   = map[string]any{"type": "string", "format": "date-time"}
 	tObject = map[string]any{"type": "object", "additionalProperties": true}
+
+	tCost     = map[string]any{"type": "number", "description": "USD spent so far: every attempt's cost, running ones up to the moment of the answer"}
+	tLostCost = map[string]any{"type": "number", "description": "USD of cost that preemptions threw away (run time after the last checkpoint)"}
 )
 
 func schemas() map[string]any {
@@ -67,7 +70,10 @@ func schemas() map[string]any {
 			"spec_file": tStr, "message": tStr, "created_at": tTime, "updated_at": tTime, "ended_at": tTime}),
 		"ExperimentView": map[string]any{"allOf": []any{ref("Experiment"), obj(map[string]any{
 			"objective": obj(map[string]any{"metric": tStr, "direction": tStr}), "max_trials": tInt,
-			"counts": map[string]any{"type": "object", "additionalProperties": tInt}, "best": ref("Trial"), "spec": tStr})}},
+			"counts": map[string]any{"type": "object", "additionalProperties": tInt}, "best": ref("Trial"), "spec": tStr,
+			"cost": tCost, "lost_cost": tLostCost, "pools": list("PoolSpend")})}},
+		"PoolSpend": obj(map[string]any{"pool": map[string]any{"type": "string", "description": "the pool's name; empty for the backend's default pool"},
+			"attempts": tInt, "cost": tCost, "lost_cost": tLostCost}),
 		"ExperimentViewList": list("ExperimentView"),
 		"Trial": obj(map[string]any{"id": tInt, "experiment_id": tInt, "seq": tInt, "request": tStr, "state": map[string]any{"type": "string",
 			"enum": []string{"QUEUED", "RUNNING", "PAUSED", "COMPLETED", "STOPPED", "FAILED"}}, "hparams": tObject,
@@ -79,11 +85,16 @@ func schemas() map[string]any {
 		"Prediction": map[string]any{"type": "object", "description": "the searcher's forecast of the trial's objective at step horizon, " +
 			"from its learning curve up to step: mean and standard deviation, and the probability of ending better than the best so far",
 			"properties": map[string]any{"step": tInt, "horizon": tInt, "mean": tNum, "std": tNum, "prob_better": tNum}},
-		"TrialList": list("Trial"),
+		"TrialSummary": map[string]any{"allOf": []any{ref("Trial"), obj(map[string]any{"cost": tCost, "lost_cost": tLostCost})}},
+		"TrialList":    list("TrialSummary"),
 		"Attempt": obj(map[string]any{"id": tInt, "trial_id": tInt, "number": tInt, "state": tStr, "outcome": tStr, "backend": tStr,
-			"pid": tInt, "exit_code": tInt, "signal": tStr, "restored": tStr, "dir": tStr, "message": tStr,
+			"pool":      map[string]any{"type": "string", "description": "the capacity pool it ran on; absent for the backend's default pool"},
+			"cost":      map[string]any{"type": "number", "description": "USD billed for its run: final once it ended, up to the moment of the answer while it runs"},
+			"lost_cost": map[string]any{"type": "number", "description": "USD of cost spent after its last checkpoint when it was preempted; absent otherwise"},
+			"pid":       tInt, "exit_code": tInt, "signal": tStr, "restored": tStr, "dir": tStr, "message": tStr,
 			"created_at": tTime, "started_at": tTime, "ended_at": tTime}),
-		"TrialView":       map[string]any{"allOf": []any{ref("Trial"), obj(map[string]any{"attempt_list": list("Attempt")})}},
+		"TrialView": map[string]any{"allOf": []any{ref("Trial"), obj(map[string]any{"attempt_list": list("Attempt"),
+			"cost": tCost, "lost_cost": tLostCost})}},
 		"Metric":          obj(map[string]any{"trial_id": tInt, "attempt_id": tInt, "step": tInt, "values": map[string]any{"type": "object", "additionalProperties": tNum}, "time": tTime}),
 		"MetricList":      list("Metric"),
 		"Checkpoint":      obj(map[string]any{"id": tStr, "trial_id": tInt, "attempt_id": tInt, "step": tInt, "size": tInt, "files": tInt, "time": tTime}),

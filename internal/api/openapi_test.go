@@ -10,10 +10,11 @@ import (
 )
 
 // TestOpenAPISchemasMatchJSON checks that the document's schemas of the
-// domain types the API returns as they are list exactly their JSON fields,
-// so a field added to one of them is documented.
+// types the API returns as they are list exactly their JSON fields, so a
+// field added to one of them is documented.
 func TestOpenAPISchemasMatchJSON(t *testing.T) {
-	for name, v := range map[string]any{"Trial": virga.Trial{}, "Prediction": virga.Prediction{}} {
+	for name, v := range map[string]any{"Trial": virga.Trial{}, "Prediction": virga.Prediction{}, "Attempt": virga.Attempt{},
+		"PoolSpend": PoolSpend{}} {
 		schema, ok := schemas()[name].(map[string]any)
 		if !ok {
 			t.Errorf("no schema %s", name)
@@ -23,17 +24,28 @@ func TestOpenAPISchemasMatchJSON(t *testing.T) {
 		for p := range schema["properties"].(map[string]any) {
 			documented = append(documented, p)
 		}
-		var fields []string
-		typ := reflect.TypeOf(v)
-		for i := range typ.NumField() {
-			if tag, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); tag != "" && tag != "-" {
-				fields = append(fields, tag)
-			}
-		}
+		fields := jsonFields(reflect.TypeOf(v))
 		slices.Sort(documented)
 		slices.Sort(fields)
 		if !slices.Equal(documented, fields) {
-			t.Errorf("schema %s has properties\n%v\nwant the JSON fields of virga.%s\n%v", name, documented, name, fields)
+			t.Errorf("schema %s has properties\n%v\nwant the JSON fields of %T\n%v", name, documented, v, fields)
 		}
 	}
+}
+
+// jsonFields returns the names of a struct's JSON fields, those of embedded
+// structs included.
+func jsonFields(typ reflect.Type) []string {
+	var fields []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct:
+			fields = append(fields, jsonFields(f.Type)...)
+		case tag != "" && tag != "-":
+			fields = append(fields, tag)
+		}
+	}
+	return fields
 }

@@ -56,13 +56,18 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
+	v := s.view(e, trials, false)
+	if err := s.addSpend(r.Context(), &v); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	if trials == nil {
 		trials = []*virga.Trial{}
 	}
-	if err := sse(w, f, "snapshot", WatchSnapshot{Experiment: s.view(e, trials, false), Trials: trials}); err != nil {
+	if err := sse(w, f, "snapshot", WatchSnapshot{Experiment: v, Trials: trials}); err != nil {
 		return
 	}
 	if e.State.Terminal() {

@@ -157,9 +157,16 @@ func (c *Client) Control(ctx context.Context, id int64, op control.Op) (*virga.E
 	return &e, err
 }
 
-// Trials lists an experiment's trials.
+// Trials lists an experiment's trials (TrialSummaries adds their costs).
 func (c *Client) Trials(ctx context.Context, id int64) ([]*virga.Trial, error) {
 	var out []*virga.Trial
+	err := c.do(ctx, http.MethodGet, "/api/v1/experiments/"+itoa(id)+"/trials", nil, &out)
+	return out, err
+}
+
+// TrialSummaries lists an experiment's trials with what each has cost.
+func (c *Client) TrialSummaries(ctx context.Context, id int64) ([]api.TrialSummary, error) {
+	var out []api.TrialSummary
 	err := c.do(ctx, http.MethodGet, "/api/v1/experiments/"+itoa(id)+"/trials", nil, &out)
 	return out, err
 }
