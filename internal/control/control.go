@@ -108,6 +108,9 @@ type Config struct {
 	// Pricer prices attempts' runs (their Cost and LostCost); nil means
 	// everything costs 0.
 	Pricer Pricer
+	// Place picks the pool each attempt starts on when the backend has pools
+	// (backend.Pooled); nil means FirstFit.
+	Place PlaceFunc
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Rand picks seeds for experiments that do not set one; nil means a source seeded from the clock.
@@ -147,6 +150,10 @@ type Controller struct {
 	progress      map[*trialState]bool  // trials with progress not yet written
 	flushAll      bool                  // write all progress now (shutdown)
 	err           error
+
+	// inflightPool is inflight per pool (for a backend with pools; made on
+	// first use).
+	inflightPool map[string]virga.Resources
 }
 
 // Update tells subscribers what changed in one committed iteration.
@@ -186,6 +193,12 @@ type trialState struct {
 	// notBefore delays the next start (after a start refused for capacity).
 	notBefore time.Time
 	written   time.Time // when the trial row was last written
+	// pool is where the attempt about to be created starts (set by
+	// schedule, taken by createAttempts).
+	pool string
+	// fruitless counts the trial's latest attempts in a row that were
+	// preempted without saving a new checkpoint.
+	fruitless int
 }
 
 // progressInterval bounds how often a reporting trial's row is rewritten.
@@ -228,6 +241,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.TickInterval <= 0 {
 		cfg.TickInterval = time.Second
+	}
+	if cfg.Place == nil {
+		cfg.Place = FirstFit
 	}
 	return &Controller{
 		cfg:         cfg,

@@ -309,7 +309,10 @@ func (c *Controller) handleEvent(it *iteration, ev backend.Event) {
 		}
 		c.releaseInflight(ts)
 		a := ts.attempt
-		if a.State == virga.AttemptStarting || a.PID != ev.PID {
+		if a.State == virga.AttemptStarting || a.PID != ev.PID || (a.Pool == "" && ev.Pool != "") {
+			if a.Pool == "" {
+				a.Pool = ev.Pool // an adopted attempt recorded without its pool
+			}
 			a.State = virga.AttemptRunning
 			a.PID = ev.PID
 			if a.StartedAt.IsZero() {
@@ -332,6 +335,7 @@ func (c *Controller) releaseInflight(ts *trialState) {
 	if ts.attempt != nil && !c.startedSeen[ts.attempt.ID] {
 		c.startedSeen[ts.attempt.ID] = true
 		c.inflight = c.inflight.Sub(resources(ts.exp.spec))
+		c.releasePool(ts.attempt.Pool, resources(ts.exp.spec))
 	}
 }
 
@@ -354,9 +358,14 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	a.ExitCode = ev.ExitCode
 	a.Signal = ev.Signal
 	a.Message = ev.Message
+	if a.Pool == "" {
+		a.Pool = ev.Pool
+	}
 	switch {
 	case ev.Lost:
 		a.Outcome = virga.OutcomeLost
+	case ev.Preempted:
+		a.Outcome = virga.OutcomePreempted
 	case ts.stopping == stopTimeout:
 		a.Outcome = virga.OutcomeTimeout
 	case ts.stopping != notStopping:
@@ -398,8 +407,10 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 		// Wait for the next tick before trying again, not in a hot loop.
 		t.State, t.Message = virga.TrialQueued, "waiting for capacity"
 		ts.notBefore = ev.Time.Add(c.cfg.TickInterval)
-	case a.Outcome == virga.OutcomeLost && es.exp.State != virga.ExperimentActive:
+	case (a.Outcome == virga.OutcomeLost || a.Outcome == virga.OutcomePreempted) && es.exp.State != virga.ExperimentActive:
 		c.afterStopWhileInactive(it, ts, ev.Time)
+	case a.Outcome == virga.OutcomePreempted:
+		c.afterPreempted(it, ts, a, ev.Time)
 	default:
 		// A failure (or a lost process, or a timeout): restart from the latest
 		// checkpoint while restarts remain. Lost attempts are not the trial's fault.
@@ -457,6 +468,18 @@ func describeExit(a *virga.Attempt) string {
 			return "lost: " + a.Message
 		}
 		return "lost (no exit status)"
+	case a.Outcome == virga.OutcomePreempted:
+		how := ""
+		switch {
+		case a.Signal != "":
+			how = " (signal " + a.Signal + ")"
+		case a.ExitCode != nil:
+			how = " (exit code " + strconv.Itoa(*a.ExitCode) + ")"
+		}
+		if a.Pool == "" {
+			return "preempted: its capacity was reclaimed" + how
+		}
+		return "preempted: pool " + a.Pool + " reclaimed its capacity" + how
 	case a.Signal != "":
 		return "signal " + a.Signal
 	case a.ExitCode != nil:
@@ -559,9 +582,12 @@ func resources(s *spec.Experiment) virga.Resources {
 }
 
 // schedule fills free concurrency slots: queued trials first (restarts and
-// resumed trials), then new proposals, as long as the resources fit.
+// resumed trials), then new proposals, as long as the resources fit. On a
+// backend with pools, each trial that starts is placed on a pool by
+// Config.Place, and stays queued if it picks none.
 func (c *Controller) schedule(it *iteration) {
 	free := c.cfg.Backend.Free().Sub(c.inflight)
+	pools := c.poolStatus() // nil: the backend has no pools
 	now := c.now()
 	ids := make([]int64, 0, len(c.exps))
 	for id := range c.exps {
@@ -575,16 +601,16 @@ func (c *Controller) schedule(it *iteration) {
 			continue
 		}
 		res := resources(es.spec)
-		if sz, ok := c.cfg.Backend.(sizer); ok && !res.Fits(sz.Capacity()) && running(es) == 0 {
+		if fits, most, where, known := c.fitsEver(pools, res); known && !fits && running(es) == 0 {
 			// No trial can ever start: say so rather than wait forever.
 			c.finishExperiment(it, es, virga.ExperimentFailed, fmt.Sprintf(
-				"each trial needs %s but the %s backend has at most %s: lower resources in the experiment file or give the server more capacity",
-				fmtResources(res), c.cfg.Backend.Name(), fmtResources(sz.Capacity())), now)
+				"each trial needs %s but %s has at most %s: lower resources in the experiment file or give the server more capacity",
+				fmtResources(res), where, fmtResources(most)), now)
 			continue
 		}
 		running := running(es)
 		chosen := map[*trialState]bool{}
-		for running < es.spec.MaxConcurrent && res.Fits(free) {
+		for running < es.spec.MaxConcurrent && (pools == nil && res.Fits(free) || pools != nil && poolRoom(pools, res)) {
 			var next *trialState
 			for _, ts := range es.trials {
 				if ts.t.State == virga.TrialQueued && ts.attempt == nil && !chosen[ts] && !now.Before(ts.notBefore) {
@@ -597,6 +623,9 @@ func (c *Controller) schedule(it *iteration) {
 				if next == nil {
 					break
 				}
+			}
+			if pools != nil && !c.place(next, res, pools, now) {
+				break // it waits, queued, for a pool
 			}
 			chosen[next] = true
 			free = free.Sub(res)
@@ -730,7 +759,8 @@ func (c *Controller) createAttempts(it *iteration, trials []*trialState) []launc
 		t := ts.t
 		n := t.Attempts + 1
 		a := &virga.Attempt{TrialID: t.ID, Number: n, State: virga.AttemptStarting, Backend: c.cfg.Backend.Name(),
-			Restored: t.Checkpoint, CreatedAt: now}
+			Pool: ts.pool, Restored: t.Checkpoint, CreatedAt: now}
+		ts.pool = ""
 		if _, asked := it.asks[ts]; asked {
 			a.Backend, a.State, a.StartedAt = apiBackend, virga.AttemptRunning, now
 		}
@@ -781,7 +811,7 @@ func (c *Controller) startSpec(ts *trialState, a *virga.Attempt) *backend.StartS
 	}
 	return &backend.StartSpec{AttemptID: a.ID, TrialID: t.ID, ExperimentID: es.exp.ID, Argv: argv, Env: env,
 		Workdir: es.spec.Entrypoint.Workdir, Resources: resources(es.spec), Dir: a.Dir,
-		ReportURL: env["VIRGA_REPORT_URL"], Token: token}
+		ReportURL: env["VIRGA_REPORT_URL"], Token: token, Pool: a.Pool}
 }
 
 // launch prepares the attempt's directories (restoring the checkpoint) and
