@@ -46,8 +46,12 @@ type Config struct {
 	// WarmShims is how many shims the local backend keeps started ahead of
 	// need (0: 4; negative: none). More make bursts of starts faster.
 	WarmShims int
-	Version   string
-	Logger    *slog.Logger
+	// Pricer prices attempts (see control.Pricer): the control loop records
+	// each one's cost when it ends, the API prices running ones as they are
+	// read. Nil means everything costs 0.
+	Pricer  control.Pricer
+	Version string
+	Logger  *slog.Logger
 }
 
 // Server is a running Virga server.
@@ -180,12 +184,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.URL = "http://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
 	s.ctl, err = control.New(control.Config{Store: s.st, Backend: s.be, Checkpoints: cks, DataDir: dir,
-		ReportBase: s.URL, Secret: secret, Logger: cfg.Logger})
+		ReportBase: s.URL, Secret: secret, Logger: cfg.Logger, Pricer: cfg.Pricer})
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
 	}
-	apiSrv := api.New(api.Config{Control: s.ctl, Store: s.st, RequireAuth: !addr.IP.IsLoopback(), Version: cfg.Version})
+	apiSrv := api.New(api.Config{Control: s.ctl, Store: s.st, RequireAuth: !addr.IP.IsLoopback(), Version: cfg.Version,
+		Pricer: cfg.Pricer})
 	s.httpSrv = &http.Server{Handler: apiSrv, ReadHeaderTimeout: 10 * time.Second}
 	// 4. Recover and run the control loop, then serve.
 	runCtx, cancel := context.WithCancel(context.Background())
