@@ -1,0 +1,223 @@
+// Command capacity measures Virga's single-job deadline policies against
+// Can't Be Late's baselines on real spot availability traces: training jobs
+// of 12, 24 and 48 hours of on-demand work, deadlines of 1.25x, 1.5x and 2x
+// that, started at evenly spaced offsets of every trace, all billed the same
+// way. It prints the cost relative to on-demand only and the fraction of
+// deadlines met, and writes every run as JSON lines for plotting.
+//
+//	go run ./bench/capacity -data ../shared/data/skypilot-spot-traces/availability -out bench/capacity/results
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/capacity/trace"
+	"github.com/virga-ml/virga/internal/schedule"
+	"github.com/virga-ml/virga/internal/sim"
+)
+
+type run struct {
+	Trace    string  `json:"trace"`
+	Work     float64 `json:"work_h"`
+	Factor   float64 `json:"deadline_x"`
+	Offset   int     `json:"offset"`
+	Policy   string  `json:"policy"`
+	Cost     float64 `json:"cost"`
+	Relative float64 `json:"relative"` // cost / on-demand-only cost
+	Met      bool    `json:"met"`
+	Finish   float64 `json:"finish_h"`
+	Preempt  int     `json:"preemptions"`
+	LostH    float64 `json:"lost_h"`
+}
+
+func main() {
+	data := flag.String("data", "../shared/data/skypilot-spot-traces/availability", "directory of availability traces (searched recursively)")
+	out := flag.String("out", "", "directory for runs.jsonl and results.md (empty: print only)")
+	offsets := flag.Int("offsets", 100, "start offsets per trace")
+	overhead := flag.Duration("overhead", 12*time.Minute, "restart overhead")
+	ckpt := flag.Duration("checkpoint", 0, "checkpoint interval in work (0: work kept at a reclaim)")
+	spot := flag.Float64("spot-price", 0.918, "spot price per node-hour (p3.2xlarge us-east-1)")
+	od := flag.Float64("on-demand-price", 3.06, "on-demand price per node-hour (p3.2xlarge)")
+	holdout := flag.Bool("holdout", false, "measure each pool's statistics on the first half of its trace and start jobs only in the second half")
+	flag.Parse()
+
+	traces, err := load(*data, *holdout)
+	if err != nil {
+		log.Fatal(err)
+	}
+	policies := []schedule.Policy{schedule.OnDemandOnly{}, schedule.Greedy{}, schedule.UniformProgress{}, &schedule.Planned{}}
+	works := []float64{12, 24, 48}
+	factors := []float64{1.25, 1.5, 2}
+
+	type job struct {
+		tr     *loaded
+		work   float64
+		factor float64
+		offset int
+	}
+	var jobs []job
+	for _, tr := range traces {
+		for _, w := range works {
+			for _, f := range factors {
+				window := int(math.Ceil(w * f * float64(time.Hour) / float64(tr.tick)))
+				if window >= len(tr.up)-tr.first {
+					continue
+				}
+				for k := 0; k < *offsets; k++ {
+					jobs = append(jobs, job{tr, w, f, tr.first + k*(len(tr.up)-tr.first-window)/max(*offsets-1, 1)})
+				}
+			}
+		}
+	}
+	started := time.Now()
+	runs := make([][]run, len(jobs))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				jb := jobs[i]
+				cfg := sim.JobConfig{
+					Work: time.Duration(jb.work * float64(time.Hour)), Deadline: time.Duration(jb.work * jb.factor * float64(time.Hour)),
+					Overhead: *overhead, Checkpoint: *ckpt, SpotPrice: *spot, OnDemandPrice: *od,
+					Billing: capacity.PerSecond, Pool: jb.tr.stats,
+				}
+				var base float64
+				for _, p := range policies {
+					r, err := sim.RunJob(p, jb.tr.up, jb.tr.tick, jb.offset, cfg)
+					if err != nil {
+						log.Fatal(err)
+					}
+					if p.Name() == "on-demand" {
+						base = r.Cost
+					}
+					runs[i] = append(runs[i], run{Trace: jb.tr.name, Work: jb.work, Factor: jb.factor, Offset: jb.offset, Policy: p.Name(),
+						Cost: r.Cost, Relative: r.Cost / base, Met: r.Met, Finish: r.Finish.Hours(), Preempt: r.Preemptions, LostH: r.Lost.Hours()})
+				}
+			}
+		}()
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	elapsed := time.Since(started)
+
+	var all []run
+	for _, rs := range runs {
+		all = append(all, rs...)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d traces, %d jobs x %d policies in %s; overhead %s, checkpoint %s, spot $%.3f/h, on-demand $%.2f/h, holdout %v\n\n",
+		len(traces), len(jobs), len(policies), elapsed.Round(time.Millisecond), *overhead, *ckpt, *spot, *od, *holdout)
+	fmt.Fprintf(&b, "Mean cost relative to on-demand only (fraction of deadlines met)\n\n")
+	fmt.Fprintf(&b, "| job | deadline |")
+	for _, p := range policies {
+		fmt.Fprintf(&b, " %s |", p.Name())
+	}
+	fmt.Fprintf(&b, " best baseline | Virga vs best |\n|---|---|")
+	for range policies {
+		fmt.Fprintf(&b, "---|")
+	}
+	fmt.Fprintf(&b, "---|---|\n")
+	for _, w := range works {
+		for _, f := range factors {
+			fmt.Fprintf(&b, "| %gh | %gx |", w, f)
+			best, virga := math.Inf(1), 0.0
+			for _, p := range policies {
+				sum, met, n := 0.0, 0, 0
+				for _, r := range all {
+					if r.Work == w && r.Factor == f && r.Policy == p.Name() {
+						sum += r.Relative
+						n++
+						if r.Met {
+							met++
+						}
+					}
+				}
+				mean := sum / float64(n)
+				fmt.Fprintf(&b, " %.3f (%.1f%%) |", mean, 100*float64(met)/float64(n))
+				if p.Name() == "planned" {
+					virga = mean
+				} else {
+					best = min(best, mean)
+				}
+			}
+			fmt.Fprintf(&b, " %.3f | %+.1f%% |\n", best, 100*(virga-best)/best)
+		}
+	}
+	fmt.Print(b.String())
+	if *out == "" {
+		return
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(*out, "runs.jsonl"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	enc := json.NewEncoder(f)
+	for _, r := range all {
+		if err := enc.Encode(r); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(*out, "results.md"), []byte(b.String()), 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type loaded struct {
+	first int // first tick a job may start at
+	name  string
+	up    []bool
+	tick  time.Duration
+	stats schedule.PoolStats
+}
+
+func load(dir string, holdout bool) ([]*loaded, error) {
+	var out []*loaded
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
+			return err
+		}
+		a, err := trace.ReadAvailability(path)
+		if err != nil {
+			return err
+		}
+		up := make([]bool, a.Len())
+		for i := range up {
+			up[i] = a.Up(i)
+		}
+		rel, _ := filepath.Rel(dir, path)
+		l := &loaded{name: rel, up: up, tick: a.Tick, stats: sim.StatsOf(up, a.Tick)}
+		if holdout {
+			l.first = len(up) / 2
+			l.stats = sim.StatsOf(up[:l.first], a.Tick)
+		}
+		out = append(out, l)
+		return nil
+	})
+	sort.Slice(out, func(i, k int) bool { return out[i].name < out[k].name })
+	return out, err
+}

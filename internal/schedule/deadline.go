@@ -1,0 +1,179 @@
+// Package schedule holds Virga's scheduling policies: pure functions from
+// what is known now (work left, time left, the capacity on offer, its prices
+// and its measured reliability) to a decision. They never call a backend;
+// the control loop and the simulator (internal/sim) apply the decisions, so
+// the same code runs live and in virtual time.
+//
+// This file holds the single-job deadline policies: where one training job
+// should run for the next decision interval (a spot node, an on-demand node,
+// or nowhere) so that it finishes by its deadline at the least cost. The
+// baselines are the three of Can't Be Late (Wu et al., NSDI 2024): on-demand
+// only, greedy spot with a safety net, and Uniform Progress; Virga's own
+// policy is Planned (planned.go).
+package schedule
+
+import (
+	"time"
+)
+
+// Instance is where a job runs.
+type Instance int8
+
+// Instances.
+const (
+	None     Instance = iota // not running (waiting)
+	Spot                     // a preemptible node
+	OnDemand                 // a node that is never taken back
+)
+
+func (i Instance) String() string {
+	switch i {
+	case Spot:
+		return "spot"
+	case OnDemand:
+		return "on-demand"
+	}
+	return "none"
+}
+
+// PoolStats is what is known of a spot pool's reliability, from its history
+// (a trace, or what Virga measured of it).
+type PoolStats struct {
+	Available float64       // fraction of the time capacity is there, in [0, 1]
+	MeanUp    time.Duration // mean length of a period with capacity (0: unknown)
+	MeanDown  time.Duration // mean length of an outage (0: unknown)
+}
+
+// Job is one job's situation at a decision point. Times are durations since
+// the job was submitted; work is measured in time on one on-demand node.
+type Job struct {
+	Elapsed  time.Duration // since submission
+	Deadline time.Duration // since submission
+	Work     time.Duration // total work
+	Done     time.Duration // work done and kept so far
+	// Unsaved is the part of Done a preemption now would throw away (done
+	// since the last checkpoint).
+	Unsaved time.Duration
+	// Running is what the job holds now (after any preemption at this
+	// instant); Starting is the restart overhead it still has to pay on it.
+	Running  Instance
+	Starting time.Duration
+	SpotUp   bool // spot capacity is available now
+
+	// Overhead is the restart overhead: time from asking for a node to the
+	// job making progress on it (getting the node, starting, restoring).
+	Overhead time.Duration
+	// Tick is the decision interval: the next decision comes this much later.
+	Tick time.Duration
+	// Checkpoint is the checkpoint interval, in work; zero means progress is
+	// kept at a reclaim (the job checkpoints within the reclaim warning).
+	Checkpoint time.Duration
+	Pool       PoolStats
+	// SpotPrice and OnDemandPrice are the node prices, per hour.
+	SpotPrice, OnDemandPrice float64
+}
+
+// Left returns the work still to do.
+func (j *Job) Left() time.Duration { return max(j.Work-j.Done, 0) }
+
+// Remaining returns the time to the deadline.
+func (j *Job) Remaining() time.Duration { return j.Deadline - j.Elapsed }
+
+// Policy decides where a job runs until the next decision.
+type Policy interface {
+	Name() string
+	// Decide returns where the job should run now. Returning Spot while
+	// j.SpotUp is false means None.
+	Decide(j *Job) Instance
+}
+
+// needOnDemand returns the time the job needs from now if it runs on
+// on-demand capacity to the end: the work left plus the overhead of getting
+// there.
+func needOnDemand(j *Job) time.Duration {
+	if j.Running == OnDemand {
+		return j.Left() + j.Starting
+	}
+	return j.Left() + j.Overhead
+}
+
+// risk is the time a preemption during the next interval could cost beyond
+// the restart: the work not yet saved, plus this interval's if progress is
+// only kept at checkpoints.
+func risk(j *Job) time.Duration {
+	if j.Checkpoint <= 0 {
+		return 0
+	}
+	return min(j.Unsaved+j.Tick, j.Checkpoint)
+}
+
+// mustOnDemand is the safety net every policy but on-demand-only shares:
+// switch to on-demand (and stay) when waiting one more interval, or being
+// preempted in it, could make the deadline unreachable even on on-demand.
+func mustOnDemand(j *Job) bool {
+	slack := j.Remaining() - needOnDemand(j)
+	if j.Running == OnDemand {
+		// Leaving on-demand for one interval costs the interval and a
+		// later restart back onto on-demand.
+		return slack < j.Tick+j.Overhead+risk(j)
+	}
+	return slack < j.Tick+risk(j)
+}
+
+// OnDemandOnly runs on on-demand capacity from start to end.
+type OnDemandOnly struct{}
+
+// Name implements Policy.
+func (OnDemandOnly) Name() string { return "on-demand" }
+
+// Decide implements Policy.
+func (OnDemandOnly) Decide(*Job) Instance { return OnDemand }
+
+// Greedy runs on spot capacity whenever there is some and waits otherwise,
+// until the safety net moves it to on-demand for the rest of the job.
+type Greedy struct{}
+
+// Name implements Policy.
+func (Greedy) Name() string { return "greedy" }
+
+// Decide implements Policy.
+func (Greedy) Decide(j *Job) Instance {
+	switch {
+	case j.Running == OnDemand || mustOnDemand(j):
+		return OnDemand
+	case j.SpotUp:
+		return Spot
+	}
+	return None
+}
+
+// UniformProgress is Can't Be Late's policy: the job should make progress at
+// least along the line from no work at submission to all of it at the
+// deadline. Spot capacity is used whenever there is some; when there is
+// none, on-demand is used while the job is behind the line; once on
+// on-demand, it stays there until it is ahead of the line by twice the
+// restart overhead (hysteresis, so that it does not flap), and the safety
+// net applies as for Greedy.
+type UniformProgress struct{}
+
+// Name implements Policy.
+func (UniformProgress) Name() string { return "uniform-progress" }
+
+// Decide implements Policy.
+func (UniformProgress) Decide(j *Job) Instance {
+	if mustOnDemand(j) {
+		return OnDemand
+	}
+	expected := time.Duration(float64(j.Work) * float64(j.Elapsed) / float64(j.Deadline))
+	behind := j.Done < expected
+	if j.Running == OnDemand && j.Done < expected+2*j.Overhead {
+		return OnDemand
+	}
+	switch {
+	case j.SpotUp:
+		return Spot
+	case behind:
+		return OnDemand
+	}
+	return None
+}

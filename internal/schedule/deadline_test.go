@@ -1,0 +1,90 @@
+package schedule
+
+import (
+	"testing"
+	"time"
+)
+
+func job(elapsed, done time.Duration, running Instance, up bool) *Job {
+	return &Job{
+		Elapsed: elapsed, Deadline: 20 * time.Hour, Work: 10 * time.Hour, Done: done,
+		Running: running, SpotUp: up, Overhead: 12 * time.Minute, Tick: 10 * time.Minute,
+		Pool:      PoolStats{Available: 0.5, MeanUp: 2 * time.Hour, MeanDown: 2 * time.Hour},
+		SpotPrice: 1, OnDemandPrice: 3,
+	}
+}
+
+func TestSafetyNet(t *testing.T) {
+	// 10h of work left, 10h20m to the deadline: one more idle tick and a
+	// restart would leave 10h10m < 10h12m.
+	j := job(9*time.Hour+40*time.Minute, 0, None, false)
+	for _, p := range []Policy{Greedy{}, UniformProgress{}, &Planned{}} {
+		if got := p.Decide(j); got != OnDemand {
+			t.Errorf("%s: %s, want on-demand at the safety net", p.Name(), got)
+		}
+	}
+	// With spot up it is too late for spot as well.
+	j.SpotUp = true
+	for _, p := range []Policy{Greedy{}, UniformProgress{}, &Planned{}} {
+		if got := p.Decide(j); got != OnDemand {
+			t.Errorf("%s: %s, want on-demand at the safety net with spot up", p.Name(), got)
+		}
+	}
+}
+
+func TestGreedy(t *testing.T) {
+	g := Greedy{}
+	if got := g.Decide(job(0, 0, None, true)); got != Spot {
+		t.Errorf("spot up: %s", got)
+	}
+	if got := g.Decide(job(0, 0, None, false)); got != None {
+		t.Errorf("spot down with slack: %s, want to wait", got)
+	}
+	if got := g.Decide(job(time.Hour, 0, OnDemand, true)); got != OnDemand {
+		t.Errorf("on on-demand: %s, want to stay", got)
+	}
+}
+
+func TestUniformProgress(t *testing.T) {
+	u := UniformProgress{}
+	// At 10h of 20h the line is at 5h of work.
+	if got := u.Decide(job(10*time.Hour, 4*time.Hour, None, false)); got != OnDemand {
+		t.Errorf("behind the line, spot down: %s", got)
+	}
+	if got := u.Decide(job(10*time.Hour, 6*time.Hour, None, false)); got != None {
+		t.Errorf("ahead of the line, spot down: %s", got)
+	}
+	if got := u.Decide(job(10*time.Hour, 5*time.Hour+10*time.Minute, OnDemand, true)); got != OnDemand {
+		t.Errorf("on on-demand, ahead by less than 2 overheads: %s", got)
+	}
+	if got := u.Decide(job(10*time.Hour, 6*time.Hour, OnDemand, true)); got != Spot {
+		t.Errorf("on on-demand, well ahead, spot up: %s", got)
+	}
+}
+
+func TestPlanned(t *testing.T) {
+	p := &Planned{}
+	// A pool that is nearly always up: wait out a short outage, use spot
+	// when it is there.
+	j := job(0, 0, None, false)
+	j.Pool = PoolStats{Available: 0.95, MeanUp: 10 * time.Hour, MeanDown: 30 * time.Minute}
+	if got := p.Decide(j); got != None {
+		t.Errorf("plentiful spot, down: %s, want to wait", got)
+	}
+	j.SpotUp = true
+	if got := p.Decide(j); got != Spot {
+		t.Errorf("plentiful spot, up: %s, want spot", got)
+	}
+	// On on-demand with much work and slack left, spot back: unlike Greedy,
+	// move back to spot.
+	j = job(2*time.Hour, time.Hour, OnDemand, true)
+	j.Pool = PoolStats{Available: 0.6, MeanUp: 6 * time.Hour, MeanDown: 4 * time.Hour}
+	if got := p.Decide(j); got != Spot {
+		t.Errorf("on on-demand, spot back: %s, want spot", got)
+	}
+	// Spot runs far shorter than the restart overhead are not worth a move.
+	j.Pool = PoolStats{Available: 0.5, MeanUp: 2 * time.Minute, MeanDown: 2 * time.Minute}
+	if got := p.Decide(j); got != OnDemand {
+		t.Errorf("on on-demand, spot flapping: %s, want to stay", got)
+	}
+}

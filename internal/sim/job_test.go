@@ -1,0 +1,140 @@
+package sim
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/schedule"
+)
+
+func ups(pattern string) []bool {
+	up := make([]bool, len(pattern))
+	for i, c := range pattern {
+		up[i] = c == '1'
+	}
+	return up
+}
+
+func TestOnDemandOnlyCost(t *testing.T) {
+	cfg := JobConfig{Work: 10 * time.Hour, Deadline: 20 * time.Hour, Overhead: 12 * time.Minute, SpotPrice: 1, OnDemandPrice: 3, Billing: capacity.PerSecond}
+	r, err := RunJob(schedule.OnDemandOnly{}, ups("0000000000000000000000000"), time.Hour, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 3 * (10 + 0.2)
+	if math.Abs(r.Cost-want) > 1e-9 || !r.Met || r.Finish != 10*time.Hour+12*time.Minute || r.Starts != 1 {
+		t.Fatalf("got %+v, want cost %v finishing at 10h12m", r, want)
+	}
+}
+
+func TestPreemptionLosesUnsavedWork(t *testing.T) {
+	// Spot for 3 ticks, then gone for 2, then back. With a 2h checkpoint
+	// interval, the preemption at tick 3 throws away the work after 2h.
+	cfg := JobConfig{Work: 4 * time.Hour, Deadline: 100 * time.Hour, Checkpoint: 2 * time.Hour, SpotPrice: 1, OnDemandPrice: 3, Billing: capacity.PerSecond}
+	r, err := RunJob(schedule.Greedy{}, ups("1110011111"), time.Hour, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Preemptions != 1 || r.Lost != time.Hour {
+		t.Fatalf("preemptions %d lost %s, want 1 and 1h", r.Preemptions, r.Lost)
+	}
+	// 3h billed, 2h kept; then 2h more from tick 5: done at 7h.
+	if r.Finish != 7*time.Hour || r.SpotTime != 5*time.Hour || r.OnDemandTime != 0 || math.Abs(r.Cost-5) > 1e-9 {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestBillingMinimumPerNode(t *testing.T) {
+	// Per-hour billing: a node held for 1h30m is billed 2h.
+	cfg := JobConfig{Work: 90 * time.Minute, Deadline: 10 * time.Hour, SpotPrice: 1, OnDemandPrice: 2, Billing: capacity.PerHour}
+	r, err := RunJob(schedule.OnDemandOnly{}, ups("0000"), time.Hour, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OnDemandTime != 2*time.Hour || r.Cost != 4 {
+		t.Fatalf("got %+v, want 2h billed for $4", r)
+	}
+}
+
+// Every deadline policy must meet every deadline that on-demand alone can
+// meet with a decision interval to spare, on any availability pattern:
+// random ones, a pool that disappears for good, and one that flaps.
+func TestPoliciesMeetFeasibleDeadlines(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	tick := 5 * time.Minute
+	policies := []schedule.Policy{schedule.Greedy{}, schedule.UniformProgress{}, &schedule.Planned{}}
+	check := func(name string, up []bool, cfg JobConfig) {
+		t.Helper()
+		cfg.Pool = StatsOf(up, tick)
+		for _, p := range policies {
+			r, err := RunJob(p, up, tick, 0, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Met {
+				t.Fatalf("%s on %s: missed the deadline %s: finished %v at %s", p.Name(), name, cfg.Deadline, r.Finished, r.Finish)
+			}
+		}
+	}
+	for n := range 60 {
+		work := time.Duration(1+rng.IntN(24)) * time.Hour
+		ckpt := time.Duration(0)
+		if n%2 == 1 {
+			ckpt = time.Duration(rng.IntN(90)+1) * time.Minute
+		}
+		overhead := time.Duration(rng.IntN(20)) * time.Minute
+		// On-demand needs work+overhead; leave one tick (and a checkpoint
+		// interval) for the safety net's reaction.
+		deadline := work + overhead + tick + ckpt + time.Duration(rng.Float64()*float64(work))
+		cfg := JobConfig{Work: work, Deadline: deadline, Overhead: overhead, Checkpoint: ckpt, SpotPrice: 1, OnDemandPrice: 3, Billing: capacity.PerSecond}
+		ticks := int(4*deadline/tick) + 10
+		random := make([]bool, ticks)
+		stay := rng.Float64()
+		for i := range random {
+			if i == 0 || rng.Float64() > stay {
+				random[i] = rng.IntN(2) == 0
+			} else {
+				random[i] = random[i-1]
+			}
+		}
+		check("random", random, cfg)
+		cliff := make([]bool, ticks)
+		for i := range cliff[:rng.IntN(ticks)] {
+			cliff[i] = true
+		}
+		check("cliff", cliff, cfg)
+		flap := make([]bool, ticks)
+		for i := range flap {
+			flap[i] = i%2 == 0
+		}
+		check("flap", flap, cfg)
+	}
+}
+
+// With spot capacity always there, every spot policy runs on spot only.
+func TestAlwaysUpRunsOnSpot(t *testing.T) {
+	up := make([]bool, 100)
+	for i := range up {
+		up[i] = true
+	}
+	cfg := JobConfig{Work: 10 * time.Hour, Deadline: 15 * time.Hour, Overhead: 6 * time.Minute, SpotPrice: 1, OnDemandPrice: 3, Billing: capacity.PerSecond, Pool: StatsOf(up, time.Hour)}
+	for _, p := range []schedule.Policy{schedule.Greedy{}, schedule.UniformProgress{}, &schedule.Planned{}} {
+		r, err := RunJob(p, up, time.Hour, 0, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.OnDemandTime != 0 || r.Starts != 1 || !r.Met {
+			t.Fatalf("%s: %+v, want one spot node only", p.Name(), r)
+		}
+	}
+}
+
+func TestStatsOf(t *testing.T) {
+	s := StatsOf(ups("1100011110"), time.Minute)
+	if s.Available != 0.6 || s.MeanUp != 3*time.Minute || s.MeanDown != 2*time.Minute {
+		t.Fatalf("got %+v", s)
+	}
+}
