@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/spec"
 )
 
@@ -85,15 +86,19 @@ func trialRow(t *virga.Trial, hpWidth int) []string {
 var trialHeader = []string{"TRIAL", "STATE", "HYPERPARAMETERS", "STEP", "LATEST", "BEST"}
 
 // trialTable returns the header and rows of a table of trials: trialHeader's
-// columns, then PREDICTED when any trial has a prediction and PARENT when any
+// columns, then COST when costs are given (what each trial has cost, by
+// trial ID), PREDICTED when any trial has a prediction and PARENT when any
 // has a parent, so a search that does neither prints no empty columns.
-func trialTable(trials []*virga.Trial, hpWidth int) ([]string, [][]string) {
+func trialTable(trials []*virga.Trial, costs map[int64]api.Spend, hpWidth int) ([]string, [][]string) {
 	var predicted, parent bool
 	for _, t := range trials {
 		predicted = predicted || t.Prediction != nil
 		parent = parent || t.Parent != 0
 	}
 	header := append([]string(nil), trialHeader...)
+	if costs != nil {
+		header = append(header, "COST")
+	}
 	if predicted {
 		header = append(header, "PREDICTED")
 	}
@@ -103,6 +108,9 @@ func trialTable(trials []*virga.Trial, hpWidth int) ([]string, [][]string) {
 	rows := make([][]string, 0, len(trials))
 	for _, t := range trials {
 		row := trialRow(t, hpWidth)
+		if costs != nil {
+			row = append(row, fmtSpend(costs[t.ID]))
+		}
 		if predicted {
 			row = append(row, fmtPrediction(t.Prediction))
 		}
@@ -146,6 +154,49 @@ func fmtParent(t *virga.Trial) string {
 		return "-"
 	}
 	return fmt.Sprintf("#%d@%d", t.Parent, t.ParentStep)
+}
+
+// fmtCost prints dollars: to the cent, or to four decimals below a cent
+// (a short trial on a share of a cheap node), e.g. "$12.34", "$0.0042".
+func fmtCost(usd float64) string {
+	switch {
+	case usd == 0 || math.Abs(usd) >= 0.01:
+		return fmt.Sprintf("$%.2f", usd)
+	case math.Abs(usd) < 0.00005:
+		return "<$0.0001"
+	}
+	return fmt.Sprintf("$%.4f", usd)
+}
+
+// fmtSpend prints what something cost and the part preemptions threw away,
+// if any: "$1.50" or "$1.50 ($0.50 lost)".
+func fmtSpend(s api.Spend) string {
+	if s.LostCost == 0 {
+		return fmtCost(s.Cost)
+	}
+	return fmtCost(s.Cost) + " (" + fmtCost(s.LostCost) + " lost)"
+}
+
+// fmtPools prints what an experiment spent on each pool, e.g. "spot $1.50
+// (2 attempts, $0.50 lost), ondemand $4.00 (1 attempt)"; the backend's
+// default pool is "default".
+func fmtPools(pools []api.PoolSpend) string {
+	parts := make([]string, len(pools))
+	for i, p := range pools {
+		name := p.Pool
+		if name == "" {
+			name = "default"
+		}
+		n := fmt.Sprintf("%d attempts", p.Attempts)
+		if p.Attempts == 1 {
+			n = "1 attempt"
+		}
+		if p.LostCost != 0 {
+			n += ", " + fmtCost(p.LostCost) + " lost"
+		}
+		parts[i] = fmt.Sprintf("%s %s (%s)", name, fmtCost(p.Cost), n)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func countsLine(counts map[virga.TrialState]int) string {

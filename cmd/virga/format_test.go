@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api"
 )
 
 func TestFormatPrediction(t *testing.T) {
@@ -52,6 +53,7 @@ func TestFormatTrialTable(t *testing.T) {
 	tests := []struct {
 		name   string
 		trials []*virga.Trial
+		costs  map[int64]api.Spend
 		// wantHeader and wantRows are the table trialTable returns.
 		wantHeader []string
 		wantRows   [][]string
@@ -80,10 +82,24 @@ func TestFormatTrialTable(t *testing.T) {
 			wantHeader: append(append([]string(nil), trialHeader...), "PREDICTED", "PARENT"),
 			wantRows:   [][]string{row("3", "0.123 ± 0.010 (p=0.04)", "-"), row("4", "-", "#3@12")},
 		},
+		{
+			name:       "costs: a trial not in them cost nothing",
+			trials:     []*virga.Trial{plain(3), plain(4), plain(5)},
+			costs:      map[int64]api.Spend{3: {Cost: 1.5, LostCost: 0.25}, 4: {Cost: 0.004}},
+			wantHeader: append(append([]string(nil), trialHeader...), "COST"),
+			wantRows:   [][]string{row("3", "$1.50 ($0.25 lost)"), row("4", "$0.0040"), row("5", "$0.00")},
+		},
+		{
+			name:       "costs before the other columns",
+			trials:     []*virga.Trial{withPrediction(plain(3)), withParent(plain(4))},
+			costs:      map[int64]api.Spend{3: {Cost: 2}, 4: {Cost: 3}},
+			wantHeader: append(append([]string(nil), trialHeader...), "COST", "PREDICTED", "PARENT"),
+			wantRows:   [][]string{row("3", "$2.00", "0.123 ± 0.010 (p=0.04)", "-"), row("4", "$3.00", "-", "#3@12")},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			header, rows := trialTable(tc.trials, 0)
+			header, rows := trialTable(tc.trials, tc.costs, 0)
 			if d := cmp.Diff(tc.wantHeader, header); d != "" {
 				t.Errorf("header (-want +got):\n%s", d)
 			}
@@ -95,5 +111,31 @@ func TestFormatTrialTable(t *testing.T) {
 	// trialTable must not write into trialHeader, which others share.
 	if d := cmp.Diff([]string{"TRIAL", "STATE", "HYPERPARAMETERS", "STEP", "LATEST", "BEST"}, trialHeader); d != "" {
 		t.Errorf("trialHeader changed (-want +got):\n%s", d)
+	}
+}
+
+func TestFormatCost(t *testing.T) {
+	tests := []struct {
+		usd  float64
+		want string
+	}{
+		{0, "$0.00"},
+		{12.345, "$12.35"},
+		{0.01, "$0.01"},
+		{0.0042, "$0.0042"},
+		{0.00004, "<$0.0001"},
+		{1234567.891, "$1234567.89"},
+	}
+	for _, tc := range tests {
+		if got := fmtCost(tc.usd); got != tc.want {
+			t.Errorf("fmtCost(%v) = %q, want %q", tc.usd, got, tc.want)
+		}
+	}
+	pools := []api.PoolSpend{
+		{Pool: "", Attempts: 1, Spend: api.Spend{Cost: 0.5}},
+		{Pool: "spot", Attempts: 3, Spend: api.Spend{Cost: 1.5, LostCost: 0.25}},
+	}
+	if got, want := fmtPools(pools), "default $0.50 (1 attempt), spot $1.50 (3 attempts, $0.25 lost)"; got != want {
+		t.Errorf("fmtPools = %q, want %q", got, want)
 	}
 }

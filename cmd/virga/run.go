@@ -315,7 +315,7 @@ func (p *progress) draw(w io.Writer) {
 	if len(shown) > maxRows { // keep live ones and the most recent
 		shown = shown[len(shown)-maxRows:]
 	}
-	header, rows := trialTable(shown, 48)
+	header, rows := trialTable(shown, nil, 48)
 	table(&b, header, rows)
 	counts := map[virga.TrialState]int{}
 	for _, t := range ts {
@@ -367,7 +367,7 @@ func (p *progress) summary(ctx context.Context, w io.Writer, c *client.Client, i
 	if !p.tty {
 		trials, err := c.Trials(ctx, id)
 		if err == nil {
-			header, rows := trialTable(trials, 60)
+			header, rows := trialTable(trials, nil, 60)
 			fmt.Fprintln(w)
 			table(w, header, rows)
 		}
@@ -379,6 +379,9 @@ func (p *progress) summary(ctx context.Context, w io.Writer, c *client.Client, i
 	fmt.Fprintf(w, "\nexperiment %d %s %s in %s: %s\n", v.ID, v.Name, v.State, fmtDuration(dur), countsLine(v.Counts))
 	if v.Message != "" {
 		fmt.Fprintf(w, "  %s\n", v.Message)
+	}
+	if v.Cost != 0 {
+		fmt.Fprintf(w, "cost %s\n", fmtSpend(v.Spend))
 	}
 	if v.Best != nil {
 		fmt.Fprintf(w, "best trial %d: %s=%s at step %d with %s\n", v.Best.ID, v.Objective.Metric, fmtFloat(v.Best.Best),

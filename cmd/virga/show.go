@@ -37,6 +37,14 @@ func newShowCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "  file:       %s\n", v.SpecFile)
 			fmt.Fprintf(w, "  objective:  %s %s\n", v.Objective.Direction, v.Objective.Metric)
 			fmt.Fprintf(w, "  trials:     %s (max %d)\n", countsLine(v.Counts), v.MaxTrials)
+			fmt.Fprintf(w, "  cost:       %s", fmtCost(v.Cost))
+			if v.LostCost != 0 {
+				fmt.Fprintf(w, ", of which %s lost to preemptions", fmtCost(v.LostCost))
+			}
+			fmt.Fprintln(w)
+			if len(v.Pools) > 1 || len(v.Pools) == 1 && v.Pools[0].Pool != "" {
+				fmt.Fprintf(w, "  pools:      %s\n", fmtPools(v.Pools))
+			}
 			fmt.Fprintf(w, "  created:    %s\n", fmtTime(v.CreatedAt))
 			if !v.EndedAt.IsZero() {
 				fmt.Fprintf(w, "  ended:      %s (%s)\n", fmtTime(v.EndedAt), fmtDuration(v.EndedAt.Sub(v.CreatedAt)))

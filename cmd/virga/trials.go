@@ -5,6 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
 )
 
@@ -14,14 +16,19 @@ func newTrialsCmd(g *globals) *cobra.Command {
 		Short: "List an experiment's trials with their hyperparameters and objective",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withID("experiment", func(ctx context.Context, c *client.Client, id int64) error {
-			trials, err := c.Trials(ctx, id)
+			sums, err := c.TrialSummaries(ctx, id)
 			if err != nil {
 				return err
 			}
 			if g.json {
-				return g.printJSON(trials)
+				return g.printJSON(sums)
 			}
-			header, rows := trialTable(trials, 0)
+			trials := make([]*virga.Trial, len(sums))
+			costs := make(map[int64]api.Spend, len(sums))
+			for i, s := range sums {
+				trials[i], costs[s.ID] = s.Trial, s.Spend
+			}
+			header, rows := trialTable(trials, costs, 0)
 			table(g.stdout, header, rows)
 			return nil
 		}),

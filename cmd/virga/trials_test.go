@@ -11,13 +11,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/sqlite"
 )
 
 // TestTrialsLineageAndPrediction runs `virga trials` in this process on a
 // data directory whose store holds a trial continued from another, with a
-// prediction, and checks the table's extra columns and the JSON.
+// prediction, and a preempted attempt of the first, and checks the table's
+// extra columns (COST, PREDICTED, PARENT) and the JSON.
 func TestTrialsLineageAndPrediction(t *testing.T) {
 	ctx := context.Background()
 	t.Setenv("VIRGA_SERVER", "")
@@ -40,6 +42,11 @@ func TestTrialsLineageAndPrediction(t *testing.T) {
 	if err := st.Apply(ctx, &store.Batch{Trials: []*virga.Trial{child}}); err != nil {
 		t.Fatal(err)
 	}
+	a := &virga.Attempt{TrialID: parent.ID, Number: 1, State: virga.AttemptExited, Outcome: virga.OutcomePreempted,
+		Backend: "local", Pool: "spot", Cost: 1.5, LostCost: 0.25}
+	if err := st.Apply(ctx, &store.Batch{Attempts: []*virga.Attempt{a}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -60,15 +67,15 @@ func TestTrialsLineageAndPrediction(t *testing.T) {
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
 	want := []string{
-		"TRIAL STATE HYPERPARAMETERS STEP LATEST BEST PREDICTED PARENT",
-		"1 RUNNING lr=0.1 12 - - - -",
-		"2 QUEUED lr=0.2 0 - - 0.123 ± 0.010 (p=0.04) #1@12",
+		"TRIAL STATE HYPERPARAMETERS STEP LATEST BEST COST PREDICTED PARENT",
+		"1 RUNNING lr=0.1 12 - - $1.50 ($0.25 lost) - -",
+		"2 QUEUED lr=0.2 0 - - $0.00 0.123 ± 0.010 (p=0.04) #1@12",
 	}
 	if d := cmp.Diff(want, lines); d != "" {
 		t.Errorf("virga trials (-want +got):\n%s", d)
 	}
 
-	var got []*virga.Trial
+	var got []api.TrialSummary
 	if err := json.Unmarshal([]byte(trials("--json")), &got); err != nil {
 		t.Fatalf("virga trials --json: %v", err)
 	}
@@ -82,5 +89,8 @@ func TestTrialsLineageAndPrediction(t *testing.T) {
 	}
 	if got[0].Parent != 0 || got[0].Prediction != nil {
 		t.Errorf("virga trials --json: the parent has parent %d, prediction %+v; want none", got[0].Parent, got[0].Prediction)
+	}
+	if d := cmp.Diff([]api.Spend{{Cost: 1.5, LostCost: 0.25}, {}}, []api.Spend{got[0].Spend, got[1].Spend}); d != "" {
+		t.Errorf("virga trials --json: costs (-want +got):\n%s", d)
 	}
 }
