@@ -151,6 +151,8 @@ type harness struct {
 	// pricer and now, when set, are the controller's Pricer and clock.
 	pricer control.Pricer
 	now    func() time.Time
+	// place, when set, is the controller's placement policy.
+	place control.PlaceFunc
 }
 
 func newHarness(t *testing.T) *harness {
@@ -181,7 +183,7 @@ func (h *harness) start(be backend.Backend) {
 		h.be = b.fake()
 	}
 	ctl, err := control.New(control.Config{Store: h.st, Backend: be, Checkpoints: h.ck, DataDir: h.dir,
-		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Now: h.now})
+		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Now: h.now, Place: h.place})
 	if err != nil {
 		h.t.Fatal(err)
 	}

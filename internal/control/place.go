@@ -2,6 +2,7 @@ package control
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/virga-ml/virga"
@@ -11,8 +12,9 @@ import (
 )
 
 // Placement is what a PlaceFunc decides from: one trial about to start and
-// the backend's pools as the control loop sees them. Everything in it is
-// read only.
+// the backend's pools as the control loop sees them. Experiment, Spec and
+// Trial are the loop's own (read only, and only during the call); Pools is
+// the policy's copy.
 type Placement struct {
 	Now        time.Time
 	Experiment *virga.Experiment
@@ -98,7 +100,7 @@ func (c *Controller) fitsEver(pools []backend.PoolStatus, res virga.Resources) (
 // can take the trial, reserves the trial's resources there (in pools and in
 // flight) and records the choice for createAttempts.
 func (c *Controller) place(ts *trialState, res virga.Resources, pools []backend.PoolStatus, now time.Time) bool {
-	name, ok := c.cfg.Place(&Placement{Now: now, Experiment: ts.exp.exp, Spec: ts.exp.spec, Trial: ts.t, Needs: res, Pools: pools})
+	name, ok := c.cfg.Place(&Placement{Now: now, Experiment: ts.exp.exp, Spec: ts.exp.spec, Trial: ts.t, Needs: res, Pools: slices.Clone(pools)})
 	if !ok {
 		return false
 	}
