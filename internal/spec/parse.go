@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -45,7 +46,7 @@ var (
 
 // Field names, in the order the documentation lists them.
 var (
-	topFields        = []string{"name", "description", "entrypoint", "hyperparameters", "searcher", "objective", "max_trials", "max_concurrent", "max_restarts", "timeout", "stop_grace", "resources", "checkpoints", "seed"}
+	topFields        = []string{"name", "description", "entrypoint", "hyperparameters", "searcher", "objective", "max_trials", "max_concurrent", "max_restarts", "timeout", "stop_grace", "resources", "checkpoints", "seed", "deadline", "budget"}
 	entrypointFields = []string{"command", "workdir", "env"}
 	objectiveFields  = []string{"metric", "direction"}
 	resourceFields   = []string{"cpu", "memory", "gpu"}
@@ -305,6 +306,12 @@ func (p *parser) experiment(root *yaml.Node) *Experiment {
 		if d, ok := p.duration(n, "stop_grace"); ok {
 			e.StopGrace = d
 		}
+	}
+	if n := f.get("deadline"); n != nil {
+		e.Deadline, _ = p.deadline(n, "deadline")
+	}
+	if n := f.get("budget"); n != nil {
+		e.Budget, _ = p.dollars(n, "budget")
 	}
 	if n := f.get("resources"); n != nil {
 		p.resources(n, &e.Resources)
@@ -609,4 +616,49 @@ func (p *parser) resources(n *yaml.Node, r *Resources) {
 			r.GPU = v
 		}
 	}
+}
+
+// deadline reads a deadline: a duration from submission (36h, 2h30m) or a
+// time (RFC 3339, e.g. 2026-11-23T18:00:00Z).
+func (p *parser) deadline(n *yaml.Node, path string) (Deadline, bool) {
+	if isScalar(n) && n.ShortTag() != "!!float" && n.ShortTag() != "!!bool" {
+		if d, err := ParseDuration(n.Value); err == nil {
+			if d <= 0 {
+				p.at(n, path, "must be positive (got %s)", clip(n.Value))
+				return Deadline{}, false
+			}
+			return Deadline{After: d}, true
+		}
+		for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05Z07:00", "2006-01-02 15:04:05", "2006-01-02"} {
+			if t, err := time.Parse(layout, n.Value); err == nil {
+				if t.Year() < 2000 || t.Year() > 9999 {
+					break
+				}
+				return Deadline{At: t}, true
+			}
+		}
+	}
+	p.at(n, path, "expected a duration from submission like 36h or 2h30m, or a time like 2026-11-23T18:00:00Z, got %s", describe(n))
+	return Deadline{}, false
+}
+
+// dollars reads an amount of US dollars: a number, or a string like "$250"
+// or "250 USD".
+func (p *parser) dollars(n *yaml.Node, path string) (float64, bool) {
+	v := strings.TrimSpace(n.Value)
+	if isScalar(n) && n.ShortTag() == "!!str" {
+		v = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(v, "$"), "USD"))
+	} else if !isScalar(n) || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") {
+		v = ""
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if v == "" || err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		p.at(n, path, "expected an amount of US dollars like 250, 99.5 or \"$250\", got %s", describe(n))
+		return 0, false
+	}
+	if f <= 0 {
+		p.at(n, path, "must be > 0 (got %s); leave it out for no limit", clip(n.Value))
+		return 0, false
+	}
+	return f, true
 }

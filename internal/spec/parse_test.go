@@ -420,3 +420,34 @@ func TestSamplerAndStopperSettingsDoNotCollide(t *testing.T) {
 		}
 	}
 }
+
+func TestDeadlineAndBudget(t *testing.T) {
+	for _, c := range []struct {
+		deadline, budget string
+		after            time.Duration
+		at               time.Time
+		dollars          float64
+	}{
+		{"36h", "250", 36 * time.Hour, time.Time{}, 250},
+		{"2h30m", `"$99.50"`, 150 * time.Minute, time.Time{}, 99.5},
+		{"2026-11-23T18:00:00Z", `"12 USD"`, 0, time.Date(2026, 11, 23, 18, 0, 0, 0, time.UTC), 12},
+		{`"2026-11-23T18:00:00+01:00"`, "0.5", 0, time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC), 0.5},
+	} {
+		src := "name: exp\nobjective: loss\ndeadline: " + c.deadline + "\nbudget: " + c.budget + "\n"
+		e, err := Parse("exp.yaml", []byte(src))
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if time.Duration(e.Deadline.After) != c.after || !e.Deadline.At.Equal(c.at) || e.Budget != c.dollars {
+			t.Errorf("%s: got deadline %+v budget %v", src, e.Deadline, e.Budget)
+		}
+		sub := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+		want := c.at
+		if c.after != 0 {
+			want = sub.Add(c.after)
+		}
+		if got := e.Deadline.Time(sub); !got.Equal(want) {
+			t.Errorf("%s: deadline time %s, want %s", src, got, want)
+		}
+	}
+}

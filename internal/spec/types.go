@@ -21,6 +21,28 @@ type Experiment struct {
 	// StopGrace is the time between SIGTERM and SIGKILL; default 120s.
 	StopGrace Duration `json:"stop_grace"`
 	Seed      uint64   `json:"seed"` // searcher seed; 0 in the file means "pick one" (the chosen seed is recorded)
+	// Deadline is when the experiment must be done; zero means none.
+	Deadline Deadline `json:"deadline,omitzero"`
+	// Budget is the most the experiment may cost, in US dollars; 0 means no
+	// limit.
+	Budget float64 `json:"budget,omitempty"`
+}
+
+// Deadline is either a duration from submission (After) or a time (At).
+type Deadline struct {
+	After Duration  `json:"after,omitempty"`
+	At    time.Time `json:"at,omitzero"`
+}
+
+// IsZero reports whether no deadline is set.
+func (d Deadline) IsZero() bool { return d.After == 0 && d.At.IsZero() }
+
+// Time returns the deadline of an experiment submitted at submitted.
+func (d Deadline) Time(submitted time.Time) time.Time {
+	if !d.At.IsZero() {
+		return d.At
+	}
+	return submitted.Add(time.Duration(d.After))
 }
 
 // Entrypoint is the trial command. Argv elements may hold ${name} placeholders
