@@ -129,6 +129,21 @@ func (OnDemandOnly) Name() string { return "on-demand" }
 // Decide implements Policy.
 func (OnDemandOnly) Decide(*Job) Instance { return OnDemand }
 
+// SpotOnly runs on spot capacity whenever there is some and waits
+// otherwise, whatever the deadline: the plan with no on-demand fallback.
+type SpotOnly struct{}
+
+// Name implements Policy.
+func (SpotOnly) Name() string { return "spot-only" }
+
+// Decide implements Policy.
+func (SpotOnly) Decide(j *Job) Instance {
+	if j.SpotUp {
+		return Spot
+	}
+	return None
+}
+
 // Greedy runs on spot capacity whenever there is some and waits otherwise,
 // until the safety net moves it to on-demand for the rest of the job.
 type Greedy struct{}

@@ -1,0 +1,198 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/schedule"
+)
+
+// EstimateInput is what an estimate before a run needs: the work, how wide
+// it runs, its deadline, and the pools it may use.
+type EstimateInput struct {
+	// Work is the on-demand node time of the whole experiment (all trials).
+	Work time.Duration
+	// Slots is how many nodes it uses at once (max_concurrent, bounded by
+	// each pool's nodes); the work is spread evenly over them.
+	Slots int
+	// Deadline is from submission; 0 means none.
+	Deadline time.Duration
+	// Spot and OnDemand are the pools; either may be nil (its plans are
+	// then left out).
+	Spot, OnDemand *capacity.Pool
+	// Checkpoint is the checkpoint interval in work; 0 means work is kept
+	// at a reclaim.
+	Checkpoint time.Duration
+	Samples    int    // Monte-Carlo samples of the spot pool's availability; 0 means 200
+	Seed       uint64 // of the samples
+	// Start is when the run would start (prices are taken from then).
+	Start time.Time
+}
+
+// PlanEstimate is the forecast of one plan.
+type PlanEstimate struct {
+	Plan string `json:"plan"` // on-demand, spot-only, virga
+	// Pools it uses.
+	Pools []string `json:"pools"`
+	// Wall is the mean wall time to finish, WallP90 its 90th percentile.
+	Wall    time.Duration `json:"wall"`
+	WallP90 time.Duration `json:"wall_p90"`
+	// Cost is the mean cost in dollars, CostP90 its 90th percentile.
+	Cost    float64 `json:"cost"`
+	CostP90 float64 `json:"cost_p90"`
+	// PMeet is the fraction of samples that met the deadline (1 with no
+	// deadline when every sample finished).
+	PMeet   float64 `json:"p_meet"`
+	Samples int     `json:"samples"`
+}
+
+// ErrDeadlineInfeasible is returned (wrapped, with the estimates) when even
+// on-demand capacity cannot finish the work by the deadline.
+var ErrDeadlineInfeasible = errors.New("the deadline cannot be met even on on-demand capacity")
+
+// Estimate forecasts the wall time, cost and chance of meeting the deadline
+// of each plan: on-demand only, spot only, and Virga's (schedule.Planned
+// over the spot and on-demand pools), by replaying the work on Samples draws
+// of the spot pool's availability (its trace from random offsets, or its
+// rate model with random draws). The experiment is modelled as Slots
+// identical jobs of Work/Slots each (a fluid approximation of a search).
+func Estimate(in EstimateInput) ([]PlanEstimate, error) {
+	if in.Work <= 0 {
+		return nil, fmt.Errorf("estimate: work must be positive")
+	}
+	if in.Spot == nil && in.OnDemand == nil {
+		return nil, fmt.Errorf("estimate: no pool to run on")
+	}
+	samples := in.Samples
+	if samples <= 0 {
+		samples = 200
+	}
+	slots := max(in.Slots, 1)
+	var out []PlanEstimate
+	odPrice := 0.0
+	if in.OnDemand != nil {
+		odPrice = in.OnDemand.Price(in.Start)
+		p := min(slots, max(in.OnDemand.MaxNodes, 1))
+		work := in.Work / time.Duration(p)
+		wall := work + in.OnDemand.RestartOverhead
+		cost := float64(p) * odPrice * in.OnDemand.Billing.Billed(wall).Hours()
+		met := 1.0
+		if in.Deadline > 0 && wall > in.Deadline {
+			met = 0
+		}
+		out = append(out, PlanEstimate{Plan: "on-demand", Pools: []string{in.OnDemand.Name}, Wall: wall, WallP90: wall, Cost: cost, CostP90: cost, PMeet: met, Samples: 1})
+	}
+	if in.Spot != nil {
+		spotOnly, err := monteCarlo(in, samples, slots, schedule.SpotOnly{}, odPrice, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, spotOnly)
+		if in.OnDemand != nil && in.Deadline > 0 {
+			v, err := monteCarlo(in, samples, slots, &schedule.Planned{}, odPrice, true)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+	}
+	if in.OnDemand != nil && in.Deadline > 0 && out[0].PMeet == 0 {
+		return out, fmt.Errorf("%w: on-demand needs %s from submission (deadline %s)", ErrDeadlineInfeasible, out[0].Wall.Round(time.Minute), in.Deadline)
+	}
+	return out, nil
+}
+
+// monteCarlo replays the work under policy on samples draws of the spot
+// pool's availability.
+func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, odPrice float64, withOD bool) (PlanEstimate, error) {
+	sp := in.Spot
+	p := min(slots, max(sp.MaxNodes, 1))
+	if withOD {
+		p = slots // on-demand makes up for spot nodes that are missing
+	}
+	work := in.Work / time.Duration(p)
+	deadline := in.Deadline
+	if deadline <= 0 {
+		deadline = 4 * work
+	}
+	// One decision per tick; the tick keeps the plan's table small.
+	tick := time.Minute
+	if d := deadline / 600; d > tick {
+		tick = d.Round(time.Minute)
+	}
+	overhead := sp.RestartOverhead
+	st := sp.Stats()
+	cfg := JobConfig{
+		Work: work, Deadline: deadline, Overhead: overhead, Checkpoint: in.Checkpoint,
+		SpotPrice: sp.Price(in.Start), OnDemandPrice: odPrice, Billing: sp.Billing,
+		Pool: schedule.PoolStats{Available: st.Available, MeanUp: st.MeanUp, MeanDown: st.MeanOutage},
+	}
+	if !withOD {
+		cfg.OnDemandPrice = math.Inf(1)
+	}
+	n := int(4*(deadline+work+overhead)/tick) + 2
+	up := make([]bool, n)
+	walls := make([]time.Duration, 0, samples)
+	costs := make([]float64, 0, samples)
+	met := 0
+	for i := range samples {
+		rng := rand.New(rand.NewPCG(in.Seed, uint64(i)))
+		// A random start within a month of the pool's history: a trace
+		// wraps around, a rate model is the same at any time.
+		start := in.Start.Add(time.Duration(rng.Int64N(int64(30 * 24 * time.Hour))))
+		tl := sp.Timeline(start, rng)
+		for k := range up {
+			up[k], _ = tl.Up(start.Add(time.Duration(k) * tick))
+		}
+		r, err := RunJob(policy, up, tick, 0, cfg)
+		if err != nil {
+			return PlanEstimate{}, err
+		}
+		if r.Met || (in.Deadline <= 0 && r.Finished) {
+			met++
+		}
+		walls = append(walls, r.Finish)
+		costs = append(costs, float64(p)*r.Cost)
+	}
+	pools := []string{sp.Name}
+	name := "spot-only"
+	if withOD {
+		pools = append(pools, in.OnDemand.Name)
+		name = "virga"
+	}
+	return PlanEstimate{Plan: name, Pools: pools, Wall: meanDur(walls), WallP90: quantileDur(walls, 0.9),
+		Cost: mean(costs), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(samples), Samples: samples}, nil
+}
+
+func mean(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func quantile(xs []float64, q float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(int(q*float64(len(s))), len(s)-1)]
+}
+
+func meanDur(xs []time.Duration) time.Duration {
+	s := 0.0
+	for _, x := range xs {
+		s += float64(x)
+	}
+	return time.Duration(s / float64(len(xs)))
+}
+
+func quantileDur(xs []time.Duration, q float64) time.Duration {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(int(q*float64(len(s))), len(s)-1)]
+}

@@ -1,0 +1,64 @@
+package sim
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+func pools(t *testing.T, rate float64, outage time.Duration) (spot, od *capacity.Pool) {
+	t.Helper()
+	pre, err := capacity.RateModel(rate, outage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := virga.Resources{CPU: 8, MemoryMB: 61 << 10, GPU: 1}
+	spot = &capacity.Pool{Name: "spot", Node: node, MaxNodes: 4, Market: spec.Spot, Billing: capacity.PerSecond,
+		RestartOverhead: 5 * time.Minute, PriceSeries: capacity.Constant(0.9), Preemption: pre}
+	od = &capacity.Pool{Name: "od", Node: node, MaxNodes: 4, Market: spec.OnDemand, Billing: capacity.PerSecond,
+		RestartOverhead: 5 * time.Minute, PriceSeries: capacity.Constant(3)}
+	return spot, od
+}
+
+func TestEstimatePlans(t *testing.T) {
+	spot, od := pools(t, 0.5, 2*time.Hour)
+	in := EstimateInput{Work: 40 * time.Hour, Slots: 4, Deadline: 18 * time.Hour, Spot: spot, OnDemand: od, Samples: 50, Seed: 1}
+	got, err := Estimate(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Plan != "on-demand" || got[1].Plan != "spot-only" || got[2].Plan != "virga" {
+		t.Fatalf("plans %+v", got)
+	}
+	// On-demand: 4 nodes x (10h + 5m) at $3/h.
+	if want := 4 * 3 * (10 + 5.0/60); math.Abs(got[0].Cost-want) > 1e-6 || got[0].PMeet != 1 {
+		t.Errorf("on-demand %+v, want cost %v", got[0], want)
+	}
+	if got[2].PMeet != 1 {
+		t.Errorf("virga meets the deadline in %.0f%% of samples, want all", 100*got[2].PMeet)
+	}
+	if !(got[2].Cost < got[0].Cost) || !(got[1].Cost < got[2].Cost) {
+		t.Errorf("costs on-demand %.2f virga %.2f spot-only %.2f: want spot-only < virga < on-demand", got[0].Cost, got[2].Cost, got[1].Cost)
+	}
+	if got[1].PMeet >= 1 || got[1].Wall <= got[0].Wall {
+		t.Errorf("spot only with 0.5 reclaims/h and 2h outages: %+v, want slower than on-demand and sometimes late", got[1])
+	}
+	// Same seed, same estimate.
+	again, err := Estimate(in)
+	if err != nil || again[2].Cost != got[2].Cost || again[2].Wall != got[2].Wall || again[2].PMeet != got[2].PMeet {
+		t.Errorf("not deterministic: %+v vs %+v (%v)", again[2], got[2], err)
+	}
+}
+
+func TestEstimateInfeasibleDeadline(t *testing.T) {
+	spot, od := pools(t, 0.5, time.Hour)
+	_, err := Estimate(EstimateInput{Work: 40 * time.Hour, Slots: 4, Deadline: 9 * time.Hour, Spot: spot, OnDemand: od, Samples: 10})
+	if !errors.Is(err, ErrDeadlineInfeasible) {
+		t.Fatalf("got %v, want ErrDeadlineInfeasible", err)
+	}
+}
