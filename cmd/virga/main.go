@@ -122,6 +122,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(
 		newRunCmd(g), newServerCmd(g), newValidateCmd(g), newLsCmd(g), newShowCmd(g), newTrialsCmd(g),
 		newLogsCmd(g), newControlCmd(g, "stop"), newControlCmd(g, "pause"), newControlCmd(g, "resume"), newBestCmd(g),
+		newEstimateCmd(g),
 	)
 	return root
 }

@@ -47,8 +47,12 @@ type PlanEstimate struct {
 	CostP90 float64 `json:"cost_p90"`
 	// PMeet is the fraction of samples that met the deadline (1 with no
 	// deadline when every sample finished).
-	PMeet   float64 `json:"p_meet"`
-	Samples int     `json:"samples"`
+	PMeet float64 `json:"p_meet"`
+	// Unfinished is the fraction of samples that had not finished after
+	// the horizon (30 days, or four times the deadline); their wall time
+	// counts as the horizon.
+	Unfinished float64 `json:"unfinished,omitempty"`
+	Samples    int     `json:"samples"`
 }
 
 // ErrDeadlineInfeasible is returned (wrapped, with the estimates) when even
@@ -134,18 +138,23 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 	}
 	if !withOD {
 		cfg.OnDemandPrice = math.Inf(1)
+		cfg.Horizon = max(4*(deadline+work+overhead), 30*24*time.Hour)
 	}
 	n := int(4*(deadline+work+overhead)/tick) + 2
+	if cfg.Horizon > 0 {
+		n = int(cfg.Horizon/tick) + 2
+	}
 	up := make([]bool, n)
 	walls := make([]time.Duration, 0, samples)
 	costs := make([]float64, 0, samples)
-	met := 0
+	met, unfinished := 0, 0
 	for i := range samples {
 		rng := rand.New(rand.NewPCG(in.Seed, uint64(i)))
-		// A random start within a month of the pool's history: a trace
-		// wraps around, a rate model is the same at any time.
+		// The pool's availability from a random point within a month of
+		// its timeline: a trace wraps around, a rate model is the same at
+		// any time.
+		tl := sp.Timeline(in.Start, rng)
 		start := in.Start.Add(time.Duration(rng.Int64N(int64(30 * 24 * time.Hour))))
-		tl := sp.Timeline(start, rng)
 		for k := range up {
 			up[k], _ = tl.Up(start.Add(time.Duration(k) * tick))
 		}
@@ -155,6 +164,9 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 		}
 		if r.Met || (in.Deadline <= 0 && r.Finished) {
 			met++
+		}
+		if !r.Finished {
+			unfinished++
 		}
 		walls = append(walls, r.Finish)
 		costs = append(costs, float64(p)*r.Cost)
@@ -166,7 +178,8 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 		name = "virga"
 	}
 	return PlanEstimate{Plan: name, Pools: pools, Wall: meanDur(walls), WallP90: quantileDur(walls, 0.9),
-		Cost: mean(costs), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(samples), Samples: samples}, nil
+		Cost: mean(costs), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(samples),
+		Unfinished: float64(unfinished) / float64(samples), Samples: samples}, nil
 }
 
 func mean(xs []float64) float64 {

@@ -24,6 +24,9 @@ type JobConfig struct {
 	SpotPrice, OnDemandPrice float64 // per node-hour
 	Billing                  capacity.Billing
 	Pool                     schedule.PoolStats // handed to the policy
+	// Horizon bounds the replay (from submission); 0 means four times the
+	// deadline plus the work. A job unfinished by then ends unfinished.
+	Horizon time.Duration
 }
 
 // JobResult is what happened to one job.
@@ -75,6 +78,9 @@ func RunJob(p schedule.Policy, up []bool, tick time.Duration, start int, cfg Job
 	// The job may run past the deadline (if a policy missed it): bound the
 	// replay so that a policy that never runs cannot loop for ever.
 	limit := 4*cfg.Deadline + 4*cfg.Work + 4*cfg.Overhead
+	if cfg.Horizon > 0 {
+		limit = cfg.Horizon
+	}
 	for i := start; ; i++ {
 		j.Elapsed = time.Duration(i-start) * tick
 		if j.Elapsed > limit {

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/server"
+	"github.com/virga-ml/virga/internal/sim"
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+// estimateOpts are virga estimate's flags.
+type estimateOpts struct {
+	capacity   string
+	spot, od   string
+	steps      int64
+	stepTime   time.Duration
+	samples    int
+	seed       uint64
+	checkpoint time.Duration
+}
+
+func newEstimateCmd(g *globals) *cobra.Command {
+	var o estimateOpts
+	cmd := &cobra.Command{
+		Use:   "estimate FILE --capacity CAPACITY",
+		Short: "Forecast an experiment's wall time, cost and chance of meeting its deadline on each plan, before running it",
+		Long: `Forecast, for each plan (on-demand only, spot only, Virga's policy), the expected wall time, the expected cost
+and the probability of meeting the experiment's deadline, by Monte-Carlo over the spot pool's availability (its
+trace from random offsets, or its rate model).
+
+The work comes from the steps per trial (--steps, else the searcher's max_resource, else earlier runs of an
+experiment of the same name) and the time per step on one node (--step-time, else earlier runs). Early
+stopping by asha or hyperband is counted with its expected share of the steps.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.estimate(cmd.Context(), args[0], o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.capacity, "capacity", "", "capacity file with the pools (required)")
+	f.StringVar(&o.spot, "spot", "", "spot pool to plan with (default: the file's first spot pool)")
+	f.StringVar(&o.od, "on-demand", "", "on-demand pool to plan with (default: the file's first on-demand pool)")
+	f.Int64Var(&o.steps, "steps", 0, "steps (reports) per trial that runs to the end")
+	f.DurationVar(&o.stepTime, "step-time", 0, "time per step on one node, e.g. 40s")
+	f.IntVar(&o.samples, "samples", 200, "Monte-Carlo samples")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the samples")
+	f.DurationVar(&o.checkpoint, "checkpoint-interval", 0, "work between checkpoints; 0: the trial saves at the reclaim warning")
+	return cmd
+}
+
+// estimateReport is virga estimate's --json output.
+type estimateReport struct {
+	Experiment string             `json:"experiment"`
+	Trials     int                `json:"trials"`
+	Steps      int64              `json:"steps_per_trial"`
+	StepTime   time.Duration      `json:"step_time"`
+	Source     string             `json:"source"` // where steps and step time came from
+	Work       time.Duration      `json:"work"`   // node time
+	Slots      int                `json:"slots"`
+	Deadline   time.Time          `json:"deadline,omitzero"`
+	Plans      []sim.PlanEstimate `json:"plans"`
+	Infeasible string             `json:"infeasible,omitempty"`
+	Earliest   time.Time          `json:"earliest,omitzero"`
+}
+
+func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) error {
+	if o.capacity == "" {
+		return usageError{errors.New("estimate needs --capacity FILE (the pools to plan with; see docs/capacity.md)")}
+	}
+	e, _, err := spec.Load(file)
+	if err != nil {
+		return usageError{err}
+	}
+	set, err := capacity.LoadFile(o.capacity)
+	if err != nil {
+		return usageError{err}
+	}
+	spot, od, err := planPools(set, o)
+	if err != nil {
+		return usageError{err}
+	}
+	steps, stepTime, source, err := g.workModel(ctx, e, o)
+	if err != nil {
+		return usageError{err}
+	}
+	now := time.Now()
+	work := time.Duration(expectedSteps(e, steps) * float64(stepTime))
+	rep := estimateReport{Experiment: e.Name, Trials: e.MaxTrials, Steps: steps, StepTime: stepTime, Source: source, Work: work, Slots: e.MaxConcurrent}
+	in := sim.EstimateInput{Work: work, Slots: e.MaxConcurrent, Spot: spot, OnDemand: od, Checkpoint: o.checkpoint, Samples: o.samples, Seed: o.seed, Start: now}
+	if !e.Deadline.IsZero() {
+		rep.Deadline = e.Deadline.Time(now)
+		in.Deadline = rep.Deadline.Sub(now)
+		if in.Deadline <= 0 {
+			return usageError{fmt.Errorf("%s: deadline %s has passed", file, rep.Deadline.Format(time.RFC3339))}
+		}
+	}
+	rep.Plans, err = sim.Estimate(in)
+	if errors.Is(err, sim.ErrDeadlineInfeasible) {
+		rep.Infeasible = err.Error()
+		rep.Earliest = now.Add(rep.Plans[0].Wall)
+	} else if err != nil {
+		return err
+	}
+	if g.json {
+		return g.printJSON(rep)
+	}
+	w := g.stdout
+	fmt.Fprintf(w, "%s: %d trials x %s steps x %s per step (%s) = %s of node time, %d at a time\n",
+		e.Name, e.MaxTrials, fmtSteps(expectedSteps(e, steps)/float64(max(e.MaxTrials, 1))), fmtDuration(stepTime), source, fmtDuration(work.Round(time.Second)), e.MaxConcurrent)
+	if !rep.Deadline.IsZero() {
+		fmt.Fprintf(w, "deadline %s (in %s)", fmtTime(rep.Deadline), fmtDuration(in.Deadline.Round(time.Minute)))
+	} else {
+		fmt.Fprint(w, "no deadline")
+	}
+	if e.Budget > 0 {
+		fmt.Fprintf(w, ", budget %s", fmtCost(e.Budget))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PLAN\tPOOLS\tWALL\tWALL p90\tCOST\tCOST p90\tP(DEADLINE)\tBUDGET")
+	for _, p := range rep.Plans {
+		meet := fmt.Sprintf("%.0f%%", 100*p.PMeet)
+		if rep.Deadline.IsZero() {
+			meet = "-"
+		}
+		budget := "-"
+		if e.Budget > 0 {
+			budget = "fits"
+			if p.Cost > e.Budget {
+				budget = "over"
+			} else if p.CostP90 > e.Budget {
+				budget = "p90 over"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Plan, strings.Join(p.Pools, "+"), fmtDuration(p.Wall.Round(time.Minute)), fmtDuration(p.WallP90.Round(time.Minute)),
+			fmtCost(p.Cost), fmtCost(p.CostP90), meet, budget)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range rep.Plans {
+		if p.Unfinished > 0 {
+			fmt.Fprintf(w, "%s: %.0f%% of the samples had not finished after %s (counted as that)\n", p.Plan, 100*p.Unfinished, fmtDuration(p.WallP90.Round(time.Hour)))
+		}
+	}
+	if rep.Infeasible != "" {
+		fmt.Fprintf(w, "the deadline cannot be met even on on-demand capacity: the earliest finish is %s (%s from now); move the deadline or raise max_concurrent\n",
+			fmtTime(rep.Earliest), fmtDuration(rep.Plans[0].Wall.Round(time.Minute)))
+	}
+	return nil
+}
+
+func fmtSteps(f float64) string {
+	if f == math.Trunc(f) {
+		return fmt.Sprintf("%.0f", f)
+	}
+	return fmt.Sprintf("%.1f", f)
+}
+
+// planPools picks the spot and on-demand pools to plan with.
+func planPools(set *capacity.Set, o estimateOpts) (spot, od *capacity.Pool, err error) {
+	pick := func(name string, wantSpot bool) (*capacity.Pool, error) {
+		if name != "" {
+			p := set.Pool(name)
+			if p == nil {
+				var names []string
+				for _, p := range set.Pools {
+					names = append(names, p.Name)
+				}
+				return nil, fmt.Errorf("%s: no pool named %q (pools: %s)", o.capacity, name, strings.Join(names, ", "))
+			}
+			if p.Spot() != wantSpot {
+				return nil, fmt.Errorf("%s: pool %q is %s, not %s", o.capacity, name, p.Market, map[bool]string{true: "spot", false: "on-demand"}[wantSpot])
+			}
+			return p, nil
+		}
+		for _, p := range set.Pools {
+			if p.Spot() == wantSpot {
+				return p, nil
+			}
+		}
+		return nil, nil
+	}
+	if spot, err = pick(o.spot, true); err != nil {
+		return nil, nil, err
+	}
+	if od, err = pick(o.od, false); err != nil {
+		return nil, nil, err
+	}
+	if spot == nil && od == nil {
+		return nil, nil, fmt.Errorf("%s: no pools", o.capacity)
+	}
+	return spot, od, nil
+}
+
+// expectedSteps returns the steps all trials of e are expected to run when
+// a trial that runs to the end runs steps: every trial to the end, or for
+// the rung stoppers (asha, hyperband) the share successive halving lets
+// through: all trials reach min_resource, a 1/eta share of them each
+// further rung.
+func expectedSteps(e *spec.Experiment, steps int64) float64 {
+	n := float64(max(e.MaxTrials, 1))
+	switch e.Searcher.Stopper {
+	case "asha", "hyperband":
+		r := float64(e.Searcher.Int("min_resource", 1))
+		big := float64(e.Searcher.Int("max_resource", steps))
+		eta := e.Searcher.Float("reduction_factor", 3)
+		if r <= 0 || big <= r || eta <= 1 {
+			break
+		}
+		total, share, at := n*r, 1.0, r
+		for at < big {
+			next := math.Min(at*eta, big)
+			share /= eta
+			total += n * share * (next - at)
+			at = next
+		}
+		return total
+	}
+	return n * float64(steps)
+}
+
+// workModel returns the steps per trial and the time per step, from the
+// flags, the searcher's settings and earlier runs of an experiment of the
+// same name.
+func (g *globals) workModel(ctx context.Context, e *spec.Experiment, o estimateOpts) (steps int64, stepTime time.Duration, source string, err error) {
+	var from []string
+	steps, stepTime = o.steps, o.stepTime
+	if steps > 0 {
+		from = append(from, "--steps")
+	} else if r := e.Searcher.Int("max_resource", 0); r > 0 {
+		steps = r
+		from = append(from, "max_resource")
+	}
+	if stepTime > 0 {
+		from = append(from, "--step-time")
+	}
+	if steps <= 0 || stepTime <= 0 {
+		hs, ht, id, herr := g.history(ctx, e.Name)
+		if herr == nil && id != 0 {
+			if steps <= 0 && hs > 0 {
+				steps = hs
+			}
+			if stepTime <= 0 && ht > 0 {
+				stepTime = ht
+			}
+			from = append(from, fmt.Sprintf("history: experiment %d", id))
+		}
+	}
+	switch {
+	case steps <= 0:
+		return 0, 0, "", fmt.Errorf("no steps per trial for %q: pass --steps N (the steps a trial runs to the end), or set the searcher's max_resource, or run it once", e.Name)
+	case stepTime <= 0:
+		return 0, 0, "", fmt.Errorf("no time per step for %q: pass --step-time (e.g. from a short run: seconds between its reports), or run it once so that Virga can measure it", e.Name)
+	}
+	return steps, stepTime, strings.Join(from, ", "), nil
+}
+
+// history measures the latest ended experiment named name: the median
+// steps of its completed trials and the median time between consecutive
+// reports of one attempt per step.
+func (g *globals) history(ctx context.Context, name string) (steps int64, stepTime time.Duration, id int64, err error) {
+	if g.server == "" {
+		if _, ok := server.Running(g.dataDir); !ok {
+			if _, err := os.Stat(filepath.Join(g.dataDir, "virga.db")); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+	}
+	c, done, err := g.client(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer done()
+	exps, err := c.Experiments(ctx, nil, 0)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, x := range exps {
+		if x.Name != name || x.State == virga.ExperimentActive {
+			continue
+		}
+		if id != 0 && x.ID < id {
+			continue
+		}
+		trials, err := c.Trials(ctx, x.ID)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		var stepsSeen []int64
+		var per []float64
+		for _, t := range trials {
+			if t.State == virga.TrialCompleted {
+				stepsSeen = append(stepsSeen, t.Step)
+			}
+			ms, err := c.Metrics(ctx, t.ID)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			for i := 1; i < len(ms); i++ {
+				a, b := ms[i-1], ms[i]
+				if a.AttemptID == b.AttemptID && b.Step > a.Step {
+					per = append(per, float64(b.Time.Sub(a.Time))/float64(b.Step-a.Step))
+				}
+			}
+		}
+		if len(stepsSeen) == 0 || len(per) == 0 {
+			continue
+		}
+		slices.Sort(stepsSeen)
+		slices.Sort(per)
+		id, steps, stepTime = x.ID, stepsSeen[len(stepsSeen)/2], time.Duration(per[len(per)/2])
+	}
+	return steps, stepTime, id, nil
+}

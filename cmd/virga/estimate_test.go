@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func capacityFile(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs("../../examples/capacity/aws-p3.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestEstimateFromFlags(t *testing.T) {
+	dir := t.TempDir()
+	exp := stepExperiment(t, dir, "est", 8, 4, 20, 10, "deadline: 3h\nbudget: 50")
+	out, errOut, code := runCLI(t, dir, "estimate", exp, "--capacity", capacityFile(t), "--steps", "20", "--step-time", "1m", "--samples", "40", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	var rep estimateReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// 8 trials x 20 steps x 1m = 160 min of node time, 4 at a time.
+	if rep.Work != 160*time.Minute || rep.Slots != 4 || len(rep.Plans) != 3 {
+		t.Fatalf("report %+v", rep)
+	}
+	od, spot, v := rep.Plans[0], rep.Plans[1], rep.Plans[2]
+	// On-demand: 4 nodes x (40m + 3m restart overhead) at $3.06/h.
+	if od.Plan != "on-demand" || od.Wall != 43*time.Minute || od.PMeet != 1 || abs(od.Cost-4*3.06*43/60) > 1e-9 {
+		t.Errorf("on-demand plan %+v", od)
+	}
+	if v.Plan != "virga" || v.PMeet != 1 || v.Cost >= od.Cost || spot.Cost >= v.Cost {
+		t.Errorf("want virga to meet the deadline at a cost between spot-only and on-demand: %+v", rep.Plans)
+	}
+	// The table names each plan.
+	out, _, code = runCLI(t, dir, "estimate", exp, "--capacity", capacityFile(t), "--steps", "20", "--step-time", "1m", "--samples", "40")
+	if code != 0 || !strings.Contains(out, "virga") || !strings.Contains(out, "p3-spot-us-east-1f+p3-on-demand") || !strings.Contains(out, "budget $50.00") {
+		t.Errorf("table (exit %d):\n%s", code, out)
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func TestEstimateInfeasibleDeadline(t *testing.T) {
+	dir := t.TempDir()
+	exp := stepExperiment(t, dir, "late", 8, 2, 20, 10, "deadline: 1h")
+	out, errOut, code := runCLI(t, dir, "estimate", exp, "--capacity", capacityFile(t), "--steps", "20", "--step-time", "1m", "--samples", "10")
+	if code != 0 || !strings.Contains(out, "the deadline cannot be met even on on-demand capacity: the earliest finish is") || !strings.Contains(out, "(1h23m0s from now)") {
+		t.Fatalf("exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+func TestEstimateNeedsItsInputs(t *testing.T) {
+	dir := t.TempDir()
+	exp := stepExperiment(t, dir, "nohist", 2, 1, 3, 10, "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "estimate needs --capacity FILE"},
+		{[]string{"--capacity", capacityFile(t)}, `no steps per trial for "nohist"`},
+		{[]string{"--capacity", capacityFile(t), "--steps", "3"}, `no time per step for "nohist"`},
+		{[]string{"--capacity", capacityFile(t), "--steps", "3", "--step-time", "1s", "--spot", "nope"}, `no pool named "nope"`},
+		{[]string{"--capacity", capacityFile(t), "--steps", "3", "--step-time", "1s", "--spot", "p3-on-demand"}, `pool "p3-on-demand" is on-demand, not spot`},
+	} {
+		out, errOut, code := runCLI(t, dir, append([]string{"estimate", exp}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q (stdout %q), want 2 and %q", c.args, code, errOut, out, c.want)
+		}
+	}
+}
+
+// After a run, the estimate takes the steps and the time per step from it.
+func TestEstimateFromHistory(t *testing.T) {
+	dir := t.TempDir()
+	exp := stepExperiment(t, dir, "hist", 3, 3, 6, 50, "")
+	if out, errOut, code := runCLI(t, dir, "run", exp); code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code := runCLI(t, dir, "estimate", exp, "--capacity", capacityFile(t), "--samples", "10", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	var rep estimateReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	// steptrial reports steps 0..5, sleeping 50 ms between them: its last
+	// step is 5.
+	if rep.Steps != 5 || rep.StepTime < 40*time.Millisecond || rep.StepTime > 2*time.Second || !strings.Contains(rep.Source, "history: experiment 1") {
+		t.Fatalf("report %+v", rep)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".virga")); err != nil {
+		t.Fatal(err)
+	}
+}
