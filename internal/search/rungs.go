@@ -45,6 +45,12 @@ type rungsState struct {
 	Finishing int64 `json:"finishing,omitempty"`
 	// byTrial is the searcher's records, for promotion; not saved.
 	byTrial map[int64]*record
+	// order holds, per bracket and rung, the indices of the rung's entries
+	// by value, ties by arrival (what a stable sort gives), kept up to date
+	// as trials arrive so that a promotion does not sort the rung again; not
+	// saved (rebuilt when it is behind the rung). A rung holding a NaN has
+	// no order (nil): it is sorted at each use, as before.
+	order [][][]int
 }
 
 type rungEntry struct {
@@ -202,8 +208,9 @@ func (s *rungs) report(r *record, step int64, v float64) Decision {
 		rung := append(s.st.Rungs[t.Bracket][k], rungEntry{Trial: r.Trial, Value: v})
 		s.st.Rungs[t.Bracket][k] = rung
 		i := len(rung) - 1
+		place := s.arrived(t.Bracket, k)
 		if !s.promoteMode {
-			if rank(rung, i) >= max(1, len(rung)/int(s.eta)) {
+			if place >= max(1, len(rung)/int(s.eta)) {
 				return Stop
 			}
 			continue
@@ -214,7 +221,7 @@ func (s *rungs) report(r *record, step int64, v float64) Decision {
 			rung[i].Promoted = true
 			continue
 		}
-		if w, _, _ := s.waiting(); w == nil && rank(rung, i) < len(rung)/int(s.eta) {
+		if w, _, _ := s.waiting(); w == nil && place < len(rung)/int(s.eta) {
 			rung[i].Promoted = true
 			continue
 		}
@@ -234,6 +241,63 @@ func rank(rung []rungEntry, i int) int {
 	return n
 }
 
+// arrived returns the place (0 = best) of the entry just appended to rung
+// (b, k), as rank does, and keeps the rung's order up to date.
+func (s *rungs) arrived(b, k int) int {
+	rung := s.st.Rungs[b][k]
+	i := len(rung) - 1
+	for len(s.st.order) <= b {
+		s.st.order = append(s.st.order, nil)
+	}
+	for len(s.st.order[b]) <= k {
+		s.st.order[b] = append(s.st.order[b], nil)
+	}
+	order := s.st.order[b][k]
+	v := rung[i].Value
+	if math.IsNaN(v) || len(order) != i {
+		// A NaN has no place in an order; an order behind the rung (after
+		// a restore) is rebuilt at its next use.
+		s.st.order[b][k] = nil
+		return rank(rung, i)
+	}
+	// The new entry goes after every entry not worse than it: it arrived last.
+	at, _ := slices.BinarySearchFunc(order, v, func(j int, v float64) int {
+		if rung[j].Value <= v {
+			return -1
+		}
+		return 1
+	})
+	s.st.order[b][k] = slices.Insert(order, at, i)
+	return at
+}
+
+// sorted returns the indices of rung (b, k)'s entries by value, ties by
+// arrival.
+func (s *rungs) sorted(b, k int) []int {
+	rung := s.st.Rungs[b][k]
+	if b < len(s.st.order) && k < len(s.st.order[b]) && len(s.st.order[b][k]) == len(rung) {
+		return s.st.order[b][k]
+	}
+	order := make([]int, len(rung))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmpFloat(rung[x].Value, rung[y].Value) })
+	for _, e := range rung {
+		if math.IsNaN(e.Value) {
+			return order
+		}
+	}
+	for len(s.st.order) <= b {
+		s.st.order = append(s.st.order, nil)
+	}
+	for len(s.st.order[b]) <= k {
+		s.st.order[b] = append(s.st.order[b], nil)
+	}
+	s.st.order[b][k] = order
+	return order
+}
+
 // waiting returns the paused trial to promote next, or nil: in each bracket,
 // from the highest rung down, the best not yet promoted trial among the top
 // floor(n/eta) of the rung, if it is paused. Brackets are taken in order.
@@ -245,12 +309,7 @@ func (s *rungs) waiting() (*record, int, int) {
 			if top == 0 {
 				continue
 			}
-			order := make([]int, len(rung))
-			for i := range order {
-				order[i] = i
-			}
-			slices.SortStableFunc(order, func(x, y int) int { return cmpFloat(rung[x].Value, rung[y].Value) })
-			for _, i := range order[:top] {
+			for _, i := range s.sorted(b, k)[:top] {
 				e := rung[i]
 				if e.Promoted {
 					continue
