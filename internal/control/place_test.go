@@ -40,12 +40,16 @@ func newPooledBackend(pools ...backend.PoolStatus) *pooledBackend {
 func (p *pooledBackend) fake() *fakeBackend { return p.fakeBackend }
 
 func (p *pooledBackend) Start(ctx context.Context, s *backend.StartSpec) error {
-	if err := p.fakeBackend.Start(ctx, s); err != nil {
-		return err
-	}
+	// Reserved before the test can see the start (and end it).
 	p.pmu.Lock()
 	p.on[s.AttemptID] = s
 	p.pmu.Unlock()
+	if err := p.fakeBackend.Start(ctx, s); err != nil {
+		p.pmu.Lock()
+		delete(p.on, s.AttemptID)
+		p.pmu.Unlock()
+		return err
+	}
 	return nil
 }
 
@@ -109,6 +113,22 @@ func onePerPool(spotUp bool) *pooledBackend {
 	)
 }
 
+// settle reports s started and waits until that is committed, with the
+// events of its creation: the loop then has nothing left to write, so the
+// test can end without cutting a commit short.
+func (h *harness) settle(s *backend.StartSpec) {
+	h.t.Helper()
+	h.started(s)
+	h.eventually("the attempt to be recorded running", func() bool {
+		for _, a := range h.attempts(s.TrialID) {
+			if a.ID == s.AttemptID {
+				return a.State == virga.AttemptRunning
+			}
+		}
+		return false
+	})
+}
+
 func TestFirstFit(t *testing.T) {
 	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	one := virga.Resources{CPU: 1}
@@ -164,6 +184,7 @@ func TestPlacementOnPools(t *testing.T) {
 	if s2.Pool != "spot" {
 		t.Fatalf("second attempt on pool %q, want spot once it is up", s2.Pool)
 	}
+	h.settle(s2)
 	for _, s := range []*backend.StartSpec{s1, s2} {
 		if as := h.attempts(s.TrialID); len(as) != 1 || as[0].Pool != s.Pool {
 			t.Errorf("trial %d: attempts %+v, want one on pool %s", s.TrialID, as, s.Pool)
@@ -198,6 +219,7 @@ func TestPlaceHook(t *testing.T) {
 	if s.Pool != "ondemand" {
 		t.Fatalf("attempt on pool %q, want the policy's ondemand", s.Pool)
 	}
+	h.settle(s)
 	mu.Lock()
 	defer mu.Unlock()
 	p := asked[len(asked)-1]
@@ -343,6 +365,7 @@ func TestRecoverAttemptOnPool(t *testing.T) {
 	if s2.TrialID != s.TrialID || s2.Pool != "ondemand" {
 		t.Fatalf("next start %+v, want trial %d on ondemand", s2, s.TrialID)
 	}
+	h.settle(s2)
 	as := h.attempts(s.TrialID)
 	if as[0].Outcome != virga.OutcomePreempted || h.trial(s.TrialID).Restarts != 0 {
 		t.Errorf("attempt %+v, restarts %d; want PREEMPTED and no restart", as[0], h.trial(s.TrialID).Restarts)
