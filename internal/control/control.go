@@ -170,6 +170,12 @@ type expState struct {
 	exhausted bool
 	dirty     bool // searcher state changed since the last commit
 	trials    []*trialState
+	// spent is the cost of the experiment's ended attempts; runs and runTime
+	// count its attempts that succeeded and their run time (the expected
+	// run of the next one, for the budget).
+	spent   float64
+	runs    int
+	runTime time.Duration
 }
 
 type stopReason int

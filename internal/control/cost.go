@@ -58,6 +58,11 @@ func (c *Controller) settleCost(ts *trialState, a *virga.Attempt) {
 		c.log.Warn("the attempt's cost is unknown; recorded as 0", "trial", ts.t.ID, "attempt", a.ID, "pool", a.Pool, "err", err)
 	}
 	a.Cost, a.LostCost = cost, 0
+	ts.exp.spent += cost
+	if a.Outcome == virga.OutcomeSucceeded && !a.StartedAt.IsZero() && a.EndedAt.After(a.StartedAt) {
+		ts.exp.runs++
+		ts.exp.runTime += a.EndedAt.Sub(a.StartedAt)
+	}
 	if a.Outcome != virga.OutcomePreempted || cost == 0 {
 		return
 	}

@@ -285,6 +285,7 @@ func (c *Controller) handle(it *iteration, in input) {
 		c.handleExit(it, ev, noCapacity)
 	case tickInput:
 		c.checkTimeouts(it)
+		c.checkBudgets(it)
 	case *submitReq:
 		c.handleSubmit(it, in)
 	case *reportReq:
@@ -398,7 +399,7 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	case reason == stopEarly || reason == stopUser:
 		msg := "stopped early by the searcher"
 		if reason == stopUser {
-			msg = "stopped by user"
+			msg = stoppedMsg(es)
 		}
 		c.endTrial(it, ts, virga.TrialStopped, msg, search.Stopped, ev.Time)
 	case a.Outcome == virga.OutcomeSucceeded:
@@ -422,7 +423,7 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 			t.Restarts++
 		}
 		if es.exp.State == virga.ExperimentStopping {
-			c.endTrial(it, ts, virga.TrialStopped, "stopped by user", search.Stopped, ev.Time)
+			c.endTrial(it, ts, virga.TrialStopped, stoppedMsg(es), search.Stopped, ev.Time)
 			break
 		}
 		t.State = virga.TrialQueued
@@ -436,7 +437,7 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 // experiment was pausing or stopping.
 func (c *Controller) afterStopWhileInactive(it *iteration, ts *trialState, now time.Time) {
 	if ts.exp.exp.State == virga.ExperimentStopping {
-		c.endTrial(it, ts, virga.TrialStopped, "stopped by user", search.Stopped, now)
+		c.endTrial(it, ts, virga.TrialStopped, stoppedMsg(ts.exp), search.Stopped, now)
 		return
 	}
 	ts.t.State, ts.t.Message = virga.TrialPaused, pausedByUser
@@ -514,7 +515,11 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 	now := c.now()
 	switch es.exp.State {
 	case virga.ExperimentStopping:
-		c.finishExperiment(it, es, virga.ExperimentStopped, "stopped by user", now)
+		msg := "stopped by user"
+		if budgetStopped(es) {
+			msg = es.exp.Message
+		}
+		c.finishExperiment(it, es, virga.ExperimentStopped, msg, now)
 	case virga.ExperimentActive:
 		if !es.exhausted && len(es.trials) < es.spec.MaxTrials {
 			return
@@ -626,6 +631,12 @@ func (c *Controller) schedule(it *iteration) {
 			}
 			if pools != nil && !c.place(next, res, pools, now) {
 				break // it waits, queued, for a pool
+			}
+			if ok, why := c.budgetFits(es, next, res, now); !ok {
+				if running == 0 {
+					c.stopForBudget(it, es, why, now)
+				}
+				break
 			}
 			chosen[next] = true
 			free = free.Sub(res)

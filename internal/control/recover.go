@@ -181,6 +181,9 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 			continue
 		}
 		c.exps[exp.ID] = es
+		if err := c.recoverSpend(ctx, es); err != nil {
+			return nil, err
+		}
 		trials, err := c.cfg.Store.Trials(ctx, exp.ID)
 		if err != nil {
 			return nil, fmtErr("listing trials", err)

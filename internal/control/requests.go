@@ -29,6 +29,11 @@ func (c *Controller) Submit(ctx context.Context, file string, data []byte) (*vir
 	if err != nil {
 		return nil, err
 	}
+	if now := c.now(); !e.Deadline.IsZero() && !e.Deadline.Time(now).After(now) {
+		return nil, &spec.Error{Problems: []spec.Problem{{File: file, Line: e.Deadline.Line, Col: e.Deadline.Col, Path: "deadline",
+			Msg: fmt.Sprintf("%s has passed (it is %s); give a later time or a duration from submission like 36h",
+				e.Deadline.At.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}}}
+	}
 	r := &submitReq{file: file, data: data, spec: e, reply: make(chan result[*virga.Experiment], 1)}
 	return call(ctx, c, r, r.reply)
 }

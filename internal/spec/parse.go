@@ -627,14 +627,14 @@ func (p *parser) deadline(n *yaml.Node, path string) (Deadline, bool) {
 				p.at(n, path, "must be positive (got %s)", clip(n.Value))
 				return Deadline{}, false
 			}
-			return Deadline{After: d}, true
+			return Deadline{After: d, Line: n.Line, Col: n.Column}, true
 		}
 		for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05Z07:00", "2006-01-02 15:04:05", "2006-01-02"} {
 			if t, err := time.Parse(layout, n.Value); err == nil {
 				if t.Year() < 2000 || t.Year() > 9999 {
 					break
 				}
-				return Deadline{At: t}, true
+				return Deadline{At: t, Line: n.Line, Col: n.Column}, true
 			}
 		}
 	}

@@ -32,6 +32,9 @@ type Experiment struct {
 type Deadline struct {
 	After Duration  `json:"after,omitempty"`
 	At    time.Time `json:"at,omitzero"`
+	// Line and Col locate it in the file, for messages at submission.
+	Line int `json:"-"`
+	Col  int `json:"-"`
 }
 
 // IsZero reports whether no deadline is set.

@@ -1,0 +1,162 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/search"
+)
+
+// An experiment's budget (spec.Experiment.Budget, in dollars) holds to
+// within one billing increment:
+//   - an attempt is started only if what the experiment has spent, what its
+//     running attempts are expected to cost until they end, and what the new
+//     one is expected to cost (the mean run of its attempts that succeeded,
+//     or the billing minimum before any did) fit in the budget;
+//   - at every tick, if what has been spent plus what the running attempts
+//     will cost until a stop could end them (the stop grace and two ticks)
+//     reaches the budget, the experiment stops: its running trials get
+//     SIGTERM (checkpoints are kept) and it ends STOPPED with a message
+//     saying why.
+
+// budgetPrefix starts the message of an experiment stopped by its budget.
+const budgetPrefix = "budget "
+
+// budgetStopped reports whether es is stopping (or stopped) for its budget.
+func budgetStopped(es *expState) bool { return strings.HasPrefix(es.exp.Message, budgetPrefix) }
+
+// stoppedMsg is the message of a trial ended by its experiment's stop.
+func stoppedMsg(es *expState) string {
+	if budgetStopped(es) {
+		return "stopped: the experiment's budget is spent"
+	}
+	return "stopped by user"
+}
+
+// recoverSpend sums what an experiment's ended attempts cost, after a
+// restart of the server.
+func (c *Controller) recoverSpend(ctx context.Context, es *expState) error {
+	as, err := c.cfg.Store.ExperimentAttempts(ctx, es.exp.ID)
+	if err != nil {
+		return fmtErr("listing attempts", err)
+	}
+	for _, a := range as {
+		if a.State != virga.AttemptExited {
+			continue
+		}
+		es.spent += a.Cost
+		if a.Outcome == virga.OutcomeSucceeded && !a.StartedAt.IsZero() && a.EndedAt.After(a.StartedAt) {
+			es.runs++
+			es.runTime += a.EndedAt.Sub(a.StartedAt)
+		}
+	}
+	return nil
+}
+
+// committed returns what es has spent plus what its running attempts will
+// have cost by until (each at least to its start plus run, when run > 0).
+func (c *Controller) committed(es *expState, until time.Time, run time.Duration) float64 {
+	total := es.spent
+	res := resources(es.spec)
+	for _, ts := range es.trials {
+		a := ts.attempt
+		if a == nil || a.StartedAt.IsZero() {
+			continue
+		}
+		end := until
+		if run > 0 {
+			end = later(end, a.StartedAt.Add(run))
+		}
+		cost, err := runCost(c.cfg.Pricer, a, res, end)
+		if err != nil {
+			c.log.Warn("pricing a running attempt for the budget", "attempt", a.ID, "err", err)
+		}
+		total += cost
+	}
+	return total
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// expectedRun is how long es's next attempt is expected to run: the mean run
+// of its attempts that succeeded; 0 before any did.
+func expectedRun(es *expState) time.Duration {
+	if es.runs == 0 {
+		return 0
+	}
+	return es.runTime / time.Duration(es.runs)
+}
+
+// budgetFits tells whether starting ts now (on ts.pool) keeps es within its
+// budget; if not, why.
+func (c *Controller) budgetFits(es *expState, ts *trialState, res virga.Resources, now time.Time) (bool, string) {
+	budget := es.spec.Budget
+	if budget <= 0 || c.cfg.Pricer == nil {
+		return true, ""
+	}
+	run := expectedRun(es)
+	next, err := c.cfg.Pricer.Cost(ts.pool, res, now, now.Add(max(run, time.Second)))
+	if err != nil {
+		c.log.Warn("pricing the next attempt for the budget", "trial", ts.t.ID, "pool", ts.pool, "err", err)
+		return true, ""
+	}
+	spent := c.committed(es, now, run)
+	if spent+next <= budget {
+		return true, ""
+	}
+	what := "the billing minimum of its next trial"
+	if run > 0 {
+		what = fmt.Sprintf("its next trial (about %s, the mean run so far)", run.Round(time.Second))
+	}
+	return false, fmt.Sprintf("%sof %s reached: %s spent or committed, and %s would cost %s; stopped, checkpoints kept (submit again with a larger budget to go on)",
+		budgetPrefix, fmtUSD(budget), fmtUSD(spent), what, fmtUSD(next))
+}
+
+// checkBudgets stops every experiment whose running attempts would take it
+// past its budget before a stop could end them.
+func (c *Controller) checkBudgets(it *iteration) {
+	now := c.now()
+	for _, es := range c.exps {
+		budget := es.spec.Budget
+		if budget <= 0 || c.cfg.Pricer == nil || es.exp.State.Terminal() || es.exp.State == virga.ExperimentStopping {
+			continue
+		}
+		horizon := now.Add(es.spec.StopGrace.D() + 2*c.cfg.TickInterval)
+		if projected := c.committed(es, horizon, 0); projected >= budget {
+			c.stopForBudget(it, es, fmt.Sprintf("%sof %s reached: %s spent by the time the running trials stop; stopped, checkpoints kept (submit again with a larger budget to go on)",
+				budgetPrefix, fmtUSD(budget), fmtUSD(projected)), now)
+		}
+	}
+}
+
+// stopForBudget stops es because of its budget, as a user's stop would,
+// with msg as the reason.
+func (c *Controller) stopForBudget(it *iteration, es *expState, msg string, now time.Time) {
+	es.exp.State, es.exp.Message = virga.ExperimentStopping, msg
+	for _, ts := range es.trials {
+		switch {
+		case ts.attempt != nil:
+			c.stopAttempt(it, ts, stopUser)
+		case !ts.t.State.Terminal():
+			c.endTrial(it, ts, virga.TrialStopped, stoppedMsg(es), search.Stopped, now)
+		}
+	}
+	it.touchExp(es)
+	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment.budget", Message: msg, Time: now})
+	c.maybeFinish(it, es)
+}
+
+func fmtUSD(usd float64) string {
+	if usd != 0 && usd < 0.01 && usd > -0.01 {
+		return fmt.Sprintf("$%.4f", usd)
+	}
+	return fmt.Sprintf("$%.2f", usd)
+}
