@@ -65,8 +65,9 @@ fuzz() {
 }
 
 if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
-  echo "== fuzz (15s per parser: experiment files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format)"
+  echo "== fuzz (15s per parser: experiment files, capacity files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format)"
   fuzz FuzzParse 15 ./internal/spec
+  fuzz FuzzParseCapacity 15 ./internal/spec
   fuzz FuzzReportDecode 15 ./internal/api
   fuzz FuzzMetricLine 15 ./internal/backend/local
   fuzz FuzzRestore 15 ./internal/search
