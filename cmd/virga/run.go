@@ -29,6 +29,7 @@ import (
 
 func newRunCmd(g *globals) *cobra.Command {
 	var detach bool
+	var capacityFile string
 	cmd := &cobra.Command{
 		Use:   "run FILE",
 		Short: "Run an experiment and follow it with a live table",
@@ -38,17 +39,22 @@ With no server configured (--server, VIRGA_SERVER, or a server already running
 on --data-dir), run starts an embedded server in this process: state in
 --data-dir (./.virga), trials on this machine. Ctrl-C asks whether to stop the
 experiment or leave it running; when not on a terminal it leaves it running
-(its trials go on and the next 'virga server' or 'virga run' adopts them).`,
+(its trials go on and the next 'virga server' or 'virga run' adopts them).
+
+--capacity FILE gives the embedded server the pools of a capacity file
+(docs/capacity.md): trials are placed on them, emulated spot pools reclaim
+them on their trace, and attempts are priced at the pools' prices.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runExperiment(cmd.Context(), g, args[0], detach)
+			return runExperiment(cmd.Context(), g, args[0], detach, capacityFile)
 		},
 	}
 	cmd.Flags().BoolVar(&detach, "detach", false, "submit and return at once")
+	cmd.Flags().StringVar(&capacityFile, "capacity", "", "capacity file whose local pools the embedded server uses (docs/capacity.md)")
 	return cmd
 }
 
-func runExperiment(ctx context.Context, g *globals, file string, detach bool) error {
+func runExperiment(ctx context.Context, g *globals, file string, detach bool, capacityFile string) error {
 	// Validate here first: a bad file is reported with its positions and nothing is written.
 	_, data, err := spec.Load(file)
 	if err != nil {
@@ -64,9 +70,15 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool) er
 		if err := checkServerURL(g.server); err != nil {
 			return err
 		}
+		if capacityFile != "" {
+			return usageError{errors.New("--capacity configures the embedded server; a server given with --server has its own (virga server --capacity FILE)")}
+		}
 		c = client.New(g.server, g.token)
 	default:
 		if info, ok := server.Running(g.dataDir); ok {
+			if capacityFile != "" {
+				return usageError{fmt.Errorf("--capacity configures the embedded server, but the server at %s (of %s) is running with its own: give it to that server (virga server --capacity FILE)", info.URL, g.dataDir)}
+			}
 			c = client.New(info.URL, g.tokenFor(g.dataDir))
 			break
 		}
@@ -74,8 +86,11 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool) er
 			return usageError{errors.New("--detach needs a server that outlives this command: start `virga server` (or pass --server URL)")}
 		}
 		embedded, err = server.Start(context.Background(), server.Config{DataDir: g.dataDir, Version: version,
-			Logger: newLogger(g.stderr, true)})
+			Logger: newLogger(g.stderr, true), CapacityFile: capacityFile})
 		if err != nil {
+			if _, bad := errors.AsType[*spec.Error](err); bad {
+				return usageError{err}
+			}
 			return fmt.Errorf("starting the embedded server: %w", err)
 		}
 		defer embedded.Close()

@@ -19,7 +19,7 @@ import (
 )
 
 func newServerCmd(g *globals) *cobra.Command {
-	var listen, db, memory string
+	var listen, db, memory, capacityFile string
 	var cpu float64
 	var gpu int
 	cmd := &cobra.Command{
@@ -60,8 +60,11 @@ token is created on first start in DATA-DIR/admin-token.`,
 			}
 			log := newLogger(g.stderr, false)
 			s, err := server.Start(cmd.Context(), server.Config{Listen: listen, DataDir: g.dataDir, DB: db,
-				Capacity: capacity, Version: version, Logger: log})
+				Capacity: capacity, Version: version, Logger: log, CapacityFile: capacityFile})
 			if err != nil {
+				if _, bad := errors.AsType[*spec.Error](err); bad {
+					return usageError{err}
+				}
 				return err
 			}
 			log.Info("virga server ready", "url", s.URL, "data_dir", g.dataDir, "admin_token_file", s.TokenFile)
@@ -84,6 +87,7 @@ token is created on first start in DATA-DIR/admin-token.`,
 	f.Float64Var(&cpu, "cpu", 0, "CPU cores trials may use (default: this machine's)")
 	f.StringVar(&memory, "memory", "", "memory trials may use, e.g. 16GiB (default: this machine's)")
 	f.IntVar(&gpu, "gpu", 0, "GPUs trials may use")
+	f.StringVar(&capacityFile, "capacity", os.Getenv("VIRGA_CAPACITY"), "capacity file: pools for the trials (spot ones emulated) and their prices (docs/capacity.md; env VIRGA_CAPACITY)")
 	return cmd
 }
 

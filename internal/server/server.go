@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -24,8 +25,10 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/backend/local"
+	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/spec"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/storeopen"
 )
@@ -49,8 +52,13 @@ type Config struct {
 	// Pricer prices attempts (see control.Pricer): the control loop records
 	// each one's cost when it ends, the API prices running ones as they are
 	// read. Nil means everything costs 0.
-	Pricer  control.Pricer
-	Version string
+	Pricer control.Pricer
+	// CapacityFile, if set, is a capacity file (docs/capacity.md): its pools,
+	// all of backend local, become the local backend's pools (spot ones
+	// emulated: reclaimed on their trace or rate model, from when the server
+	// starts), and its prices price the attempts unless Pricer is set.
+	CapacityFile string
+	Version      string
 	Logger  *slog.Logger
 }
 
@@ -156,7 +164,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if warm == 0 {
 		warm = 4
 	}
-	if s.be, err = local.New(local.Config{Capacity: cfg.Capacity, ShimCommand: cfg.ShimCommand, WarmShims: warm}); err != nil {
+	var pools []local.Pool
+	if cfg.CapacityFile != "" {
+		set, err := capacity.LoadFile(cfg.CapacityFile)
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		if pools, err = LocalPools(cfg.CapacityFile, set, now, mrand.New(mrand.NewPCG(uint64(now.UnixNano()), 0x90015))); err != nil {
+			return nil, err
+		}
+		if cfg.Pricer == nil {
+			cfg.Pricer = set.Pricer()
+		}
+	}
+	if s.be, err = local.New(local.Config{Capacity: cfg.Capacity, ShimCommand: cfg.ShimCommand, WarmShims: warm, Pools: pools}); err != nil {
 		return nil, err
 	}
 	// 3. Listen (the report URL must be known before trials start).
@@ -339,4 +361,25 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// LocalPools turns a capacity file's pools into the local backend's: each
+// hands out its node shape times its most nodes, and a spot pool is
+// reclaimed on its preemption model's timeline from start. Pools of other
+// backends are refused: they are for virga sim and virga estimate.
+func LocalPools(file string, set *capacity.Set, start time.Time, rng *mrand.Rand) ([]local.Pool, error) {
+	var out []local.Pool
+	for _, p := range set.Pools {
+		if p.Backend != spec.BackendLocal {
+			return nil, fmt.Errorf("%s: pool %q is for backend %s; a Virga server runs local pools only (the others are for virga sim and virga estimate)", file, p.Name, p.Backend)
+		}
+		n := max(p.MaxNodes, 1)
+		lp := local.Pool{Name: p.Name, Capacity: virga.Resources{CPU: p.Node.CPU * float64(n), MemoryMB: p.Node.MemoryMB * int64(n), GPU: p.Node.GPU * n}}
+		if p.Spot() && p.Preemption != nil {
+			lp.Availability = p.Timeline(start, rng)
+			lp.Warning = p.Warning
+		}
+		out = append(out, lp)
+	}
+	return out, nil
 }
