@@ -59,7 +59,7 @@ type Config struct {
 	// starts), and its prices price the attempts unless Pricer is set.
 	CapacityFile string
 	Version      string
-	Logger  *slog.Logger
+	Logger       *slog.Logger
 }
 
 // Server is a running Virga server.
