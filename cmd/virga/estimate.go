@@ -30,6 +30,9 @@ type estimateOpts struct {
 	samples    int
 	seed       uint64
 	checkpoint time.Duration
+	profile    int
+	profileFor time.Duration
+	profiled   bool // stepTime came from a profile run
 }
 
 func newEstimateCmd(g *globals) *cobra.Command {
@@ -57,6 +60,8 @@ stopping by asha or hyperband is counted with its expected share of the steps.`,
 	f.DurationVar(&o.stepTime, "step-time", 0, "time per step on one node, e.g. 40s")
 	f.IntVar(&o.samples, "samples", 200, "Monte-Carlo samples")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the samples")
+	f.IntVar(&o.profile, "profile", 0, "run one trial on this machine for this many steps to measure the time per step")
+	f.DurationVar(&o.profileFor, "profile-timeout", 10*time.Minute, "longest a --profile run may take")
 	f.DurationVar(&o.checkpoint, "checkpoint-interval", 0, "work between checkpoints; 0: the trial saves at the reclaim warning")
 	return cmd
 }
@@ -80,7 +85,7 @@ func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) err
 	if o.capacity == "" {
 		return usageError{errors.New("estimate needs --capacity FILE (the pools to plan with; see docs/capacity.md)")}
 	}
-	e, _, err := spec.Load(file)
+	e, data, err := spec.Load(file)
 	if err != nil {
 		return usageError{err}
 	}
@@ -91,6 +96,12 @@ func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) err
 	spot, od, err := planPools(set, o)
 	if err != nil {
 		return usageError{err}
+	}
+	if o.profile > 0 && o.stepTime <= 0 {
+		if o.stepTime, err = profile(ctx, file, data, o.profile, o.profileFor, g.stderr); err != nil {
+			return err
+		}
+		o.profiled = true
 	}
 	steps, stepTime, source, err := g.workModel(ctx, e, o)
 	if err != nil {
@@ -245,7 +256,9 @@ func (g *globals) workModel(ctx context.Context, e *spec.Experiment, o estimateO
 		steps = r
 		from = append(from, "max_resource")
 	}
-	if stepTime > 0 {
+	if o.profiled {
+		from = append(from, fmt.Sprintf("profile of %d steps on this machine", o.profile))
+	} else if stepTime > 0 {
 		from = append(from, "--step-time")
 	}
 	if steps <= 0 || stepTime <= 0 {
@@ -264,7 +277,7 @@ func (g *globals) workModel(ctx context.Context, e *spec.Experiment, o estimateO
 	case steps <= 0:
 		return 0, 0, "", fmt.Errorf("no steps per trial for %q: pass --steps N (the steps a trial runs to the end), or set the searcher's max_resource, or run it once", e.Name)
 	case stepTime <= 0:
-		return 0, 0, "", fmt.Errorf("no time per step for %q: pass --step-time (e.g. from a short run: seconds between its reports), or run it once so that Virga can measure it", e.Name)
+		return 0, 0, "", fmt.Errorf("no time per step for %q: pass --profile N (run one trial for N steps here), --step-time, or run it once so that Virga can measure it", e.Name)
 	}
 	return steps, stepTime, strings.Join(from, ", "), nil
 }

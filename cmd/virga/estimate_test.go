@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/virga-ml/virga/internal/spec"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,5 +107,55 @@ func TestEstimateFromHistory(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".virga")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEstimateProfile measures the time per step with a short run of one
+// trial on this machine.
+func TestEstimateProfile(t *testing.T) {
+	dir := t.TempDir()
+	exp := stepExperiment(t, dir, "prof", 10, 4, 200, 100, "deadline: 10h")
+	out, errOut, code := runCLI(t, dir, "estimate", exp, "--capacity", capacityFile(t), "--steps", "200", "--profile", "5", "--samples", "10", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	var rep estimateReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	// steptrial sleeps 100 ms per step.
+	if rep.StepTime < 90*time.Millisecond || rep.StepTime > time.Second || !strings.Contains(rep.Source, "profile of 5 steps on this machine") {
+		t.Fatalf("report %+v", rep)
+	}
+	if !strings.Contains(errOut, "profiling one trial of") {
+		t.Errorf("stderr %q", errOut)
+	}
+	// The profile ran in a directory of its own: nothing here.
+	if _, err := os.Stat(filepath.Join(dir, ".virga")); !os.IsNotExist(err) {
+		t.Errorf(".virga: %v", err)
+	}
+}
+
+func TestProfileExperiment(t *testing.T) {
+	in := []byte(`name: p
+entrypoint: [sh, -c, "exit 0"]
+hyperparameters:
+  lr: {type: float, min: 0.001, max: 0.1}
+searcher: {sampler: tpe, stopper: asha, max_resource: 9}
+objective: {metric: loss, direction: minimize}
+max_trials: 50
+deadline: 2h
+budget: 10
+`)
+	out, err := profileExperiment(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := spec.Parse("p.yaml", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if e.MaxTrials != 1 || e.MaxConcurrent != 1 || e.Searcher.Name != "random" || !e.Deadline.IsZero() || e.Budget != 0 || e.Hyperparameters["lr"] == nil {
+		t.Errorf("profile experiment %+v from\n%s", e, out)
 	}
 }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/server"
+)
+
+// profileExperiment rewrites an experiment file into one trial, run alone:
+// max_trials and max_concurrent 1, the random searcher (a stopper would cut
+// the run short), no deadline or budget. Everything else, comments aside,
+// stays as written.
+func profileExperiment(data []byte) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("not a mapping")
+	}
+	m := doc.Content[0]
+	set := map[string]string{"max_trials": "1", "max_concurrent": "1", "searcher": "random"}
+	var kept []*yaml.Node
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i].Value
+		if k == "deadline" || k == "budget" {
+			continue
+		}
+		if v, ok := set[k]; ok {
+			if k == "searcher" && (m.Content[i+1].Value == "single" || m.Content[i+1].Value == "grid") {
+				v = m.Content[i+1].Value
+			}
+			m.Content[i+1] = &yaml.Node{Kind: yaml.ScalarNode, Tag: tagOf(k), Value: v}
+			delete(set, k)
+		}
+		kept = append(kept, m.Content[i], m.Content[i+1])
+	}
+	for _, k := range []string{"max_trials", "max_concurrent", "searcher"} {
+		if v, ok := set[k]; ok {
+			kept = append(kept, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k}, &yaml.Node{Kind: yaml.ScalarNode, Tag: tagOf(k), Value: v})
+		}
+	}
+	m.Content = kept
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), enc.Close()
+}
+
+func tagOf(key string) string {
+	if key == "searcher" {
+		return "!!str"
+	}
+	return "!!int"
+}
+
+// profile runs one trial of the experiment in file on this machine, with a
+// server of its own in a temporary directory, until it has reported steps
+// times after its first report (or ended, or timeout passed), stops it, and
+// returns the median time between its consecutive reports per step.
+func profile(ctx context.Context, file string, data []byte, steps int, timeout time.Duration, progress io.Writer) (time.Duration, error) {
+	one, err := profileExperiment(data)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", file, err)
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp("", "virga-profile-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := server.Start(ctx, server.Config{DataDir: dir, Version: version, WarmShims: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return 0, fmt.Errorf("starting a server for the profile: %w", err)
+	}
+	defer srv.Close()
+	c := client.New(srv.URL, srv.Token)
+	exp, err := c.Submit(ctx, abs, one)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(progress, "profiling one trial of %s on this machine for %d steps...\n", file, steps)
+	var trial *virga.Trial
+	var ms []virga.Metric
+	deadline := time.Now().Add(timeout)
+	for {
+		ts, err := c.Trials(ctx, exp.ID)
+		if err != nil {
+			return 0, err
+		}
+		if len(ts) > 0 {
+			trial = ts[0]
+			if ms, err = c.Metrics(ctx, trial.ID); err != nil {
+				return 0, err
+			}
+			if len(ms) > steps || trial.State.Terminal() {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// Stop it and wait for its process to end before the directory goes.
+	if _, err := c.Control(ctx, exp.ID, control.OpStop); err == nil {
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if v, err := c.Experiment(ctx, exp.ID); err != nil || v.State.Terminal() {
+				break
+			}
+		}
+	}
+	var per []float64
+	for i := 1; i < len(ms); i++ {
+		a, b := ms[i-1], ms[i]
+		if a.AttemptID == b.AttemptID && b.Step > a.Step {
+			per = append(per, float64(b.Time.Sub(a.Time))/float64(b.Step-a.Step))
+		}
+	}
+	if len(per) == 0 {
+		state := "no trial"
+		if trial != nil {
+			state = fmt.Sprintf("trial %s after %d reports (%s)", trial.State, len(ms), trial.Message)
+		}
+		return 0, fmt.Errorf("the profile of %s measured no step time within %s: %s", file, timeout, state)
+	}
+	slices.Sort(per)
+	return time.Duration(per[len(per)/2]), nil
+}
