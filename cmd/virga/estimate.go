@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/server"
 	"github.com/virga-ml/virga/internal/sim"
@@ -79,33 +81,52 @@ type estimateReport struct {
 	Plans      []sim.PlanEstimate `json:"plans"`
 	Infeasible string             `json:"infeasible,omitempty"`
 	Earliest   time.Time          `json:"earliest,omitzero"`
+	Budget     float64            `json:"budget,omitempty"`
+	// PerTrial is the steps a trial is expected to run (fewer than Steps
+	// with early stopping).
+	PerTrial float64 `json:"expected_steps_per_trial"`
 }
 
 func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) error {
+	rep, err := g.computeEstimate(ctx, file, o, nil)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return g.printJSON(rep)
+	}
+	printEstimate(g.stdout, rep)
+	return nil
+}
+
+// computeEstimate forecasts the run of the experiment in file on the pools
+// of o.capacity; history, if not nil, is the server whose earlier runs give
+// the work when the flags do not.
+func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOpts, history *client.Client) (*estimateReport, error) {
 	if o.capacity == "" {
-		return usageError{errors.New("estimate needs --capacity FILE (the pools to plan with; see docs/capacity.md)")}
+		return nil, usageError{errors.New("estimate needs --capacity FILE (the pools to plan with; see docs/capacity.md)")}
 	}
 	e, data, err := spec.Load(file)
 	if err != nil {
-		return usageError{err}
+		return nil, usageError{err}
 	}
 	set, err := capacity.LoadFile(o.capacity)
 	if err != nil {
-		return usageError{err}
+		return nil, usageError{err}
 	}
 	spot, od, err := planPools(set, o)
 	if err != nil {
-		return usageError{err}
+		return nil, usageError{err}
 	}
 	if o.profile > 0 && o.stepTime <= 0 {
 		if o.stepTime, err = profile(ctx, file, data, o.profile, o.profileFor, g.stderr); err != nil {
-			return err
+			return nil, err
 		}
 		o.profiled = true
 	}
-	steps, stepTime, source, err := g.workModel(ctx, e, o)
+	steps, stepTime, source, err := g.workModel(ctx, e, o, history)
 	if err != nil {
-		return usageError{err}
+		return nil, usageError{err}
 	}
 	now := time.Now()
 	work := time.Duration(expectedSteps(e, steps) * float64(stepTime))
@@ -115,7 +136,7 @@ func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) err
 		rep.Deadline = e.Deadline.Time(now)
 		in.Deadline = rep.Deadline.Sub(now)
 		if in.Deadline <= 0 {
-			return usageError{fmt.Errorf("%s: deadline %s has passed", file, rep.Deadline.Format(time.RFC3339))}
+			return nil, usageError{fmt.Errorf("%s: deadline %s has passed", file, rep.Deadline.Format(time.RFC3339))}
 		}
 	}
 	rep.Plans, err = sim.Estimate(in)
@@ -123,21 +144,24 @@ func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) err
 		rep.Infeasible = err.Error()
 		rep.Earliest = now.Add(rep.Plans[0].Wall)
 	} else if err != nil {
-		return err
+		return nil, err
 	}
-	if g.json {
-		return g.printJSON(rep)
-	}
-	w := g.stdout
+	rep.Budget = e.Budget
+	rep.PerTrial = expectedSteps(e, steps) / float64(max(e.MaxTrials, 1))
+	return &rep, nil
+}
+
+// printEstimate prints an estimate as a table.
+func printEstimate(w io.Writer, rep *estimateReport) {
 	fmt.Fprintf(w, "%s: %d trials x %s steps x %s per step (%s) = %s of node time, %d at a time\n",
-		e.Name, e.MaxTrials, fmtSteps(expectedSteps(e, steps)/float64(max(e.MaxTrials, 1))), fmtDuration(stepTime), source, fmtDuration(work.Round(time.Second)), e.MaxConcurrent)
+		rep.Experiment, rep.Trials, fmtSteps(rep.PerTrial), fmtDuration(rep.StepTime), rep.Source, fmtDuration(rep.Work.Round(time.Second)), rep.Slots)
 	if !rep.Deadline.IsZero() {
-		fmt.Fprintf(w, "deadline %s (in %s)", fmtTime(rep.Deadline), fmtDuration(in.Deadline.Round(time.Minute)))
+		fmt.Fprintf(w, "deadline %s (in %s)", fmtTime(rep.Deadline), fmtDuration(time.Until(rep.Deadline).Round(time.Minute)))
 	} else {
 		fmt.Fprint(w, "no deadline")
 	}
-	if e.Budget > 0 {
-		fmt.Fprintf(w, ", budget %s", fmtCost(e.Budget))
+	if rep.Budget > 0 {
+		fmt.Fprintf(w, ", budget %s", fmtCost(rep.Budget))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -148,20 +172,18 @@ func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) err
 			meet = "-"
 		}
 		budget := "-"
-		if e.Budget > 0 {
+		if rep.Budget > 0 {
 			budget = "fits"
-			if p.Cost > e.Budget {
+			if p.Cost > rep.Budget {
 				budget = "over"
-			} else if p.CostP90 > e.Budget {
+			} else if p.CostP90 > rep.Budget {
 				budget = "p90 over"
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Plan, strings.Join(p.Pools, "+"), fmtDuration(p.Wall.Round(time.Minute)), fmtDuration(p.WallP90.Round(time.Minute)),
 			fmtCost(p.Cost), fmtCost(p.CostP90), meet, budget)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	_ = tw.Flush()
 	for _, p := range rep.Plans {
 		if p.Unfinished > 0 {
 			fmt.Fprintf(w, "%s: %.0f%% of the samples had not finished after %s (counted as that)\n", p.Plan, 100*p.Unfinished, fmtDuration(p.WallP90.Round(time.Hour)))
@@ -171,7 +193,6 @@ func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) err
 		fmt.Fprintf(w, "the deadline cannot be met even on on-demand capacity: the earliest finish is %s (%s from now); move the deadline or raise max_concurrent\n",
 			fmtTime(rep.Earliest), fmtDuration(rep.Plans[0].Wall.Round(time.Minute)))
 	}
-	return nil
 }
 
 func fmtSteps(f float64) string {
@@ -247,7 +268,7 @@ func expectedSteps(e *spec.Experiment, steps int64) float64 {
 // workModel returns the steps per trial and the time per step, from the
 // flags, the searcher's settings and earlier runs of an experiment of the
 // same name.
-func (g *globals) workModel(ctx context.Context, e *spec.Experiment, o estimateOpts) (steps int64, stepTime time.Duration, source string, err error) {
+func (g *globals) workModel(ctx context.Context, e *spec.Experiment, o estimateOpts, history *client.Client) (steps int64, stepTime time.Duration, source string, err error) {
 	var from []string
 	steps, stepTime = o.steps, o.stepTime
 	if steps > 0 {
@@ -262,7 +283,7 @@ func (g *globals) workModel(ctx context.Context, e *spec.Experiment, o estimateO
 		from = append(from, "--step-time")
 	}
 	if steps <= 0 || stepTime <= 0 {
-		hs, ht, id, herr := g.history(ctx, e.Name)
+		hs, ht, id, herr := g.history(ctx, e.Name, history)
 		if herr == nil && id != 0 {
 			if steps <= 0 && hs > 0 {
 				steps = hs
@@ -285,7 +306,10 @@ func (g *globals) workModel(ctx context.Context, e *spec.Experiment, o estimateO
 // history measures the latest ended experiment named name: the median
 // steps of its completed trials and the median time between consecutive
 // reports of one attempt per step.
-func (g *globals) history(ctx context.Context, name string) (steps int64, stepTime time.Duration, id int64, err error) {
+func (g *globals) history(ctx context.Context, name string, c *client.Client) (steps int64, stepTime time.Duration, id int64, err error) {
+	if c != nil {
+		return historyOf(ctx, c, name)
+	}
 	if g.server == "" {
 		if _, ok := server.Running(g.dataDir); !ok {
 			if _, err := os.Stat(filepath.Join(g.dataDir, "virga.db")); err != nil {
@@ -298,6 +322,11 @@ func (g *globals) history(ctx context.Context, name string) (steps int64, stepTi
 		return 0, 0, 0, err
 	}
 	defer done()
+	return historyOf(ctx, c, name)
+}
+
+// historyOf measures the latest ended experiment named name on c's server.
+func historyOf(ctx context.Context, c *client.Client, name string) (steps int64, stepTime time.Duration, id int64, err error) {
 	exps, err := c.Experiments(ctx, nil, 0)
 	if err != nil {
 		return 0, 0, 0, err

@@ -2,12 +2,13 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/virga-ml/virga/internal/spec"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/virga-ml/virga/internal/spec"
 )
 
 func capacityFile(t *testing.T) string {
@@ -157,5 +158,43 @@ budget: 10
 	}
 	if e.MaxTrials != 1 || e.MaxConcurrent != 1 || e.Searcher.Name != "random" || !e.Deadline.IsZero() || e.Budget != 0 || e.Hyperparameters["lr"] == nil {
 		t.Errorf("profile experiment %+v from\n%s", e, out)
+	}
+}
+
+// TestRunKeepsEstimate: the forecast made before a run is kept with the
+// experiment and shown beside what happened; with --capacity and earlier
+// runs, virga run makes it itself.
+func TestRunKeepsEstimate(t *testing.T) {
+	dir := t.TempDir()
+	exp := stepExperiment(t, dir, "est-run", 2, 2, 5, 20, "deadline: 1h")
+	out, errOut, code := runCLI(t, dir, "estimate", exp, "--capacity", capacityFile(t), "--steps", "5", "--step-time", "1s", "--samples", "10", "--json")
+	if code != 0 {
+		t.Fatalf("estimate: exit %d %s", code, errOut)
+	}
+	est := filepath.Join(dir, "est.json")
+	if err := os.WriteFile(est, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runCLI(t, dir, "run", exp, "--estimate", est); code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, out, errOut)
+	}
+	show, errOut, code := runCLI(t, dir, "show", "1")
+	if code != 0 || !strings.Contains(show, "estimated:  on-demand $") || !strings.Contains(show, "virga $") ||
+		!strings.Contains(show, "actual:     $0.00, took") || !strings.Contains(show, "deadline met") {
+		t.Errorf("show (exit %d %s):\n%s", code, errOut, show)
+	}
+	// A second run with a capacity file: the first run tells the work.
+	rc := rehearsalCapacity(t, dir)
+	out, errOut, code = runCLI(t, dir, "run", exp, "--capacity", rc)
+	if code != 0 || !strings.Contains(out, "history: experiment 1") || !strings.Contains(out, "P(DEADLINE)") {
+		t.Fatalf("run --capacity: exit %d\n%s%s", code, out, errOut)
+	}
+	show, _, _ = runCLI(t, dir, "show", "2")
+	if !strings.Contains(show, "estimated:  on-demand $") || !strings.Contains(show, "actual:") {
+		t.Errorf("show 2:\n%s", show)
+	}
+	// A file that is not an estimate.
+	if _, errOut, code := runCLI(t, dir, "run", exp, "--estimate", exp); code != 2 || !strings.Contains(errOut, "not the output of virga estimate --json") {
+		t.Errorf("bad --estimate: exit %d %q", code, errOut)
 	}
 }

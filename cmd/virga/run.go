@@ -29,7 +29,7 @@ import (
 
 func newRunCmd(g *globals) *cobra.Command {
 	var detach bool
-	var capacityFile string
+	var capacityFile, estimateFile string
 	cmd := &cobra.Command{
 		Use:   "run FILE",
 		Short: "Run an experiment and follow it with a live table",
@@ -46,15 +46,16 @@ experiment or leave it running; when not on a terminal it leaves it running
 them on their trace, and attempts are priced at the pools' prices.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runExperiment(cmd.Context(), g, args[0], detach, capacityFile)
+			return runExperiment(cmd.Context(), g, args[0], detach, capacityFile, estimateFile)
 		},
 	}
 	cmd.Flags().BoolVar(&detach, "detach", false, "submit and return at once")
+	cmd.Flags().StringVar(&estimateFile, "estimate", "", "forecast to keep with the experiment (virga estimate --json output), shown beside what happened by virga show")
 	cmd.Flags().StringVar(&capacityFile, "capacity", "", "capacity file whose local pools the embedded server uses (docs/capacity.md)")
 	return cmd
 }
 
-func runExperiment(ctx context.Context, g *globals, file string, detach bool, capacityFile string) error {
+func runExperiment(ctx context.Context, g *globals, file string, detach bool, capacityFile, estimateFile string) error {
 	// Validate here first: a bad file is reported with its positions and nothing is written.
 	_, data, err := spec.Load(file)
 	if err != nil {
@@ -101,7 +102,11 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool, ca
 	if err != nil {
 		return err
 	}
-	exp, err := c.Submit(ctx, abs, data)
+	est, err := g.runEstimate(ctx, c, file, capacityFile, estimateFile)
+	if err != nil {
+		return err
+	}
+	exp, err := c.SubmitWithEstimate(ctx, abs, data, est)
 	if err != nil {
 		return err
 	}
@@ -407,4 +412,33 @@ func (p *progress) summary(ctx context.Context, w io.Writer, c *client.Client, i
 	} else {
 		fmt.Fprintf(w, "no trial reported %q\n", v.Objective.Metric)
 	}
+}
+
+// runEstimate returns the forecast to keep with the experiment: the file
+// given with --estimate, or, with --capacity, one made now from the earlier
+// runs the server knows (none when they do not tell the work).
+func (g *globals) runEstimate(ctx context.Context, c *client.Client, file, capacityFile, estimateFile string) ([]byte, error) {
+	if estimateFile != "" {
+		b, err := os.ReadFile(estimateFile)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		var rep estimateReport
+		if err := json.Unmarshal(b, &rep); err != nil || len(rep.Plans) == 0 {
+			return nil, usageError{fmt.Errorf("--estimate %s: not the output of virga estimate --json", estimateFile)}
+		}
+		return b, nil
+	}
+	if capacityFile == "" {
+		return nil, nil
+	}
+	rep, err := g.computeEstimate(ctx, file, estimateOpts{capacity: capacityFile, samples: 200, seed: 1}, c)
+	if err != nil {
+		fmt.Fprintf(g.stderr, "no estimate before the run: %v\n", err)
+		return nil, nil
+	}
+	if !g.json {
+		printEstimate(g.stdout, rep)
+	}
+	return json.Marshal(rep)
 }

@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
 )
 
@@ -45,6 +51,7 @@ func newShowCmd(g *globals) *cobra.Command {
 			if len(v.Pools) > 1 || len(v.Pools) == 1 && v.Pools[0].Pool != "" {
 				fmt.Fprintf(w, "  pools:      %s\n", fmtPools(v.Pools))
 			}
+			printEstimateBeside(w, v, evs)
 			fmt.Fprintf(w, "  created:    %s\n", fmtTime(v.CreatedAt))
 			if !v.EndedAt.IsZero() {
 				fmt.Fprintf(w, "  ended:      %s (%s)\n", fmtTime(v.EndedAt), fmtDuration(v.EndedAt.Sub(v.CreatedAt)))
@@ -61,6 +68,9 @@ func newShowCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "\nevents:\n")
 			}
 			for _, e := range evs[start:] {
+				if e.Kind == "experiment.estimate" {
+					e.Message = "(shown above)"
+				}
 				who := ""
 				if e.TrialID != 0 {
 					who = fmt.Sprintf("trial %d ", e.TrialID)
@@ -72,4 +82,44 @@ func newShowCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&events, "events", false, "print every event")
 	return cmd
+}
+
+// printEstimateBeside prints the forecast recorded before the run (the
+// experiment.estimate event) beside what happened.
+func printEstimateBeside(w io.Writer, v *api.ExperimentView, evs []virga.Event) {
+	var rep *estimateReport
+	for _, e := range evs {
+		if e.Kind == "experiment.estimate" {
+			var r estimateReport
+			if json.Unmarshal([]byte(e.Message), &r) == nil && len(r.Plans) > 0 {
+				rep = &r
+			}
+		}
+	}
+	if rep == nil {
+		return
+	}
+	var parts []string
+	for _, p := range rep.Plans {
+		part := fmt.Sprintf("%s %s in %s", p.Plan, fmtCost(p.Cost), fmtDuration(p.Wall.Round(time.Minute)))
+		if !rep.Deadline.IsZero() {
+			part += fmt.Sprintf(" (P(deadline) %.0f%%)", 100*p.PMeet)
+		}
+		parts = append(parts, part)
+	}
+	fmt.Fprintf(w, "  estimated:  %s (before the run: %s of node time)\n", strings.Join(parts, "; "), fmtDuration(rep.Work.Round(time.Second)))
+	end := v.EndedAt
+	verb := "took"
+	if end.IsZero() {
+		end, verb = time.Now(), "so far"
+	}
+	actual := fmt.Sprintf("%s, %s %s", fmtCost(v.Cost), verb, fmtDuration(end.Sub(v.CreatedAt).Round(time.Second)))
+	if !rep.Deadline.IsZero() && !v.EndedAt.IsZero() {
+		if v.EndedAt.After(rep.Deadline) {
+			actual += fmt.Sprintf(", deadline missed by %s", fmtDuration(v.EndedAt.Sub(rep.Deadline).Round(time.Second)))
+		} else {
+			actual += ", deadline met"
+		}
+	}
+	fmt.Fprintf(w, "  actual:     %s\n", actual)
 }

@@ -313,6 +313,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 type SubmitRequest struct {
 	File string `json:"file"` // the file name, for messages
 	Spec string `json:"spec"` // the experiment file's text
+	// Estimate, optional, is the forecast of the run made before it (virga
+	// estimate's JSON); it is kept as the experiment's "experiment.estimate"
+	// event.
+	Estimate json.RawMessage `json:"estimate,omitempty"`
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
@@ -323,7 +327,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	if req.File == "" {
 		req.File = "experiment.yaml"
 	}
-	exp, err := s.ctl.Submit(r.Context(), req.File, []byte(req.Spec))
+	exp, err := s.ctl.SubmitWithEstimate(r.Context(), req.File, []byte(req.Spec), req.Estimate)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return

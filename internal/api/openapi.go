@@ -64,7 +64,7 @@ func schemas() map[string]any {
 		"Error": obj(map[string]any{"error": tStr, "problems": map[string]any{"type": "array", "items": obj(map[string]any{
 			"File": tStr, "Line": tInt, "Col": tInt, "Path": tStr, "Msg": tStr})}}, "error"),
 		"Health":        obj(map[string]any{"status": tStr, "version": tStr}),
-		"SubmitRequest": obj(map[string]any{"file": tStr, "spec": map[string]any{"type": "string", "description": "the experiment file's YAML text"}}, "spec"),
+		"SubmitRequest": obj(map[string]any{"file": tStr, "spec": map[string]any{"type": "string", "description": "the experiment file's YAML text"}, "estimate": map[string]any{"type": "object", "description": "optional forecast of the run (virga estimate --json), kept as the experiment.estimate event"}}, "spec"),
 		"Experiment": obj(map[string]any{"id": tInt, "name": tStr, "state": map[string]any{"type": "string",
 			"enum": []string{"ACTIVE", "PAUSED", "STOPPING", "COMPLETED", "STOPPED", "FAILED"}},
 			"spec_file": tStr, "message": tStr, "created_at": tTime, "updated_at": tTime, "ended_at": tTime}),

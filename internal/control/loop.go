@@ -120,6 +120,11 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}
 		if err := c.iterate(ctx, newIteration(), ins); err != nil {
+			if ctx.Err() != nil {
+				// Stopped during the pass: nothing of it was acted on, as
+				// if the server had stopped before it (recovery redoes it).
+				return nil
+			}
 			c.err = err
 			c.log.Error("control loop stopped", "err", err)
 			return err

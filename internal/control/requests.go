@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -15,16 +16,31 @@ import (
 )
 
 type submitReq struct {
-	file  string
-	data  []byte
-	spec  *spec.Experiment
-	reply chan result[*virga.Experiment]
+	file     string
+	data     []byte
+	estimate []byte // recorded with the experiment as an "experiment.estimate" event
+	spec     *spec.Experiment
+	reply    chan result[*virga.Experiment]
 }
 
 // Submit validates an experiment file and, if it is valid, commits a new
 // experiment and starts it. A file with problems returns a *spec.Error and
 // writes nothing.
 func (c *Controller) Submit(ctx context.Context, file string, data []byte) (*virga.Experiment, error) {
+	return c.SubmitWithEstimate(ctx, file, data, nil)
+}
+
+// MaxEstimate bounds the estimate recorded with an experiment.
+const MaxEstimate = 64 << 10
+
+// SubmitWithEstimate is Submit that also records estimate, the forecast of
+// the run made before it (opaque JSON, e.g. virga estimate's), as the
+// experiment's "experiment.estimate" event, so that what happened can be
+// shown beside it.
+func (c *Controller) SubmitWithEstimate(ctx context.Context, file string, data, estimate []byte) (*virga.Experiment, error) {
+	if len(estimate) > MaxEstimate || (len(estimate) > 0 && !json.Valid(estimate)) {
+		return nil, fmt.Errorf("the estimate must be JSON of at most %d bytes", MaxEstimate)
+	}
 	e, err := spec.Parse(file, data)
 	if err != nil {
 		return nil, err
@@ -34,7 +50,7 @@ func (c *Controller) Submit(ctx context.Context, file string, data []byte) (*vir
 			Msg: fmt.Sprintf("%s has passed (it is %s); give a later time or a duration from submission like 36h",
 				e.Deadline.At.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}}}
 	}
-	r := &submitReq{file: file, data: data, spec: e, reply: make(chan result[*virga.Experiment], 1)}
+	r := &submitReq{file: file, data: data, estimate: estimate, spec: e, reply: make(chan result[*virga.Experiment], 1)}
 	return call(ctx, c, r, r.reply)
 }
 
@@ -68,6 +84,9 @@ func (c *Controller) handleSubmit(it *iteration, r *submitReq) {
 	it.after = append(it.after, func() {
 		ev.ExperimentID = exp.ID
 		c.pendingEvents = append(c.pendingEvents, ev)
+		if len(r.estimate) > 0 {
+			c.pendingEvents = append(c.pendingEvents, &virga.Event{ExperimentID: exp.ID, Kind: "experiment.estimate", Message: string(r.estimate), Time: now})
+		}
 	})
 	it.again = true
 }

@@ -124,8 +124,14 @@ func (c *Client) Health(ctx context.Context) (api.Health, error) {
 
 // Submit submits an experiment file.
 func (c *Client) Submit(ctx context.Context, file string, data []byte) (*virga.Experiment, error) {
+	return c.SubmitWithEstimate(ctx, file, data, nil)
+}
+
+// SubmitWithEstimate submits an experiment file with the forecast of its run
+// (JSON), kept as its "experiment.estimate" event.
+func (c *Client) SubmitWithEstimate(ctx context.Context, file string, data []byte, estimate json.RawMessage) (*virga.Experiment, error) {
 	var e virga.Experiment
-	err := c.do(ctx, http.MethodPost, "/api/v1/experiments", api.SubmitRequest{File: file, Spec: string(data)}, &e)
+	err := c.do(ctx, http.MethodPost, "/api/v1/experiments", api.SubmitRequest{File: file, Spec: string(data), Estimate: estimate}, &e)
 	return &e, err
 }
 
