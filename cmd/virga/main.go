@@ -121,7 +121,7 @@ func newRoot(g *globals) *cobra.Command {
 	pf.BoolVar(&g.json, "json", false, "print JSON for scripts")
 	root.AddCommand(
 		newRunCmd(g), newServerCmd(g), newValidateCmd(g), newLsCmd(g), newShowCmd(g), newTrialsCmd(g),
-		newLogsCmd(g), newControlCmd(g, "stop"), newControlCmd(g, "pause"), newControlCmd(g, "resume"), newBestCmd(g),
+		newLogsCmd(g), newControlCmd(g, "stop"), newControlCmd(g, "pause"), newControlCmd(g, "resume"), newBestCmd(g), newSimCmd(g),
 		newEstimateCmd(g),
 	)
 	return root

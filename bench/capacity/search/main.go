@@ -1,0 +1,284 @@
+// Command search measures Virga's experiment policies on a search: an
+// experiment of 200 trials, TPE with ASHA in promote mode, on the
+// digits-mlp learning-curve table (bench/search/tables), run by the
+// simulator (internal/sim) on a spot pool replaying each real availability
+// trace plus an on-demand pool, from evenly spaced start offsets of every
+// trace, with deadlines of 1.25x, 1.5x and 2x the on-demand-only makespan.
+// It prints the cost relative to on-demand only and the fraction of
+// deadlines met per policy as a markdown table, and writes every run as
+// JSON lines.
+//
+//	go run ./bench/capacity/search -data ../shared/data/skypilot-spot-traces/availability -out bench/capacity/results
+//
+// Time scale: the table's median epoch (13 ms on the machine that made it)
+// lasts -epoch (2 minutes) on a p3.2xlarge, every epoch scaled by the same
+// factor, so the search is about 90 node-hours of on-demand work (7-8 hours
+// on 16 nodes).
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/capacity/trace"
+	"github.com/virga-ml/virga/internal/schedule"
+	"github.com/virga-ml/virga/internal/search/replay"
+	"github.com/virga-ml/virga/internal/sim"
+	"github.com/virga-ml/virga/internal/spec"
+)
+
+type run struct {
+	Trace     string  `json:"trace"`
+	Offset    float64 `json:"offset_h"`
+	Seed      uint64  `json:"seed"`
+	Factor    float64 `json:"deadline_x"`
+	Policy    string  `json:"policy"`
+	Cost      float64 `json:"cost"`
+	Relative  float64 `json:"relative"` // cost / on-demand-only cost
+	Met       bool    `json:"met"`
+	Makespan  float64 `json:"makespan_h"`
+	Deadline  float64 `json:"deadline_h"`
+	Preempt   int     `json:"preemptions"`
+	LostH     float64 `json:"lost_h"`
+	SpotH     float64 `json:"spot_node_h"`
+	OnDemandH float64 `json:"on_demand_node_h"`
+	Best      float64 `json:"best"`
+	Trials    int     `json:"trials"`
+}
+
+func main() {
+	data := flag.String("data", "../shared/data/skypilot-spot-traces/availability", "directory of availability traces (searched recursively)")
+	expFile := flag.String("experiment", "bench/search/tables/digits-mlp.yaml", "experiment file")
+	tableFile := flag.String("table", "bench/search/tables/digits-mlp.json.gz", "learning-curve table")
+	out := flag.String("out", "", "directory for search-runs.jsonl and search-results.md (empty: print only)")
+	offsets := flag.Int("offsets", 10, "start offsets per trace")
+	epoch := flag.Duration("epoch", 2*time.Minute, "time of the table's median epoch on a node")
+	nodes := flag.Int("nodes", 16, "nodes of each pool")
+	overhead := flag.Duration("overhead", 3*time.Minute, "restart overhead")
+	spot := flag.Float64("spot-price", 0.918, "spot price per node-hour (p3.2xlarge us-east-1)")
+	od := flag.Float64("on-demand-price", 3.06, "on-demand price per node-hour (p3.2xlarge)")
+	margin := flag.Float64("margin", 0, "share of the on-demand time still needed the safety net keeps in hand (0: the default)")
+	factorList := flag.String("factors", "1.25,1.5,2", "deadlines as multiples of the on-demand-only makespan")
+	flag.Parse()
+
+	e, src, err := spec.Load(*expFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tb, err := replay.Load(*tableFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	curves, err := sim.NewCurves(tb, e, *expFile, src)
+	if err != nil {
+		log.Fatal(err)
+	}
+	curves.ScaleTo(*epoch)
+	var factors []float64
+	for _, f := range strings.Split(*factorList, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(x > 0) {
+			log.Fatalf("-factors: %q is not a positive number", f)
+		}
+		factors = append(factors, x)
+	}
+	traces, err := load(*data)
+	if err != nil {
+		log.Fatal(err)
+	}
+	node := virga.Resources{CPU: 8, MemoryMB: 61 * 1024, GPU: 1}
+	onDemand := &capacity.Pool{Name: "on-demand", Node: node, MaxNodes: *nodes, Market: spec.OnDemand,
+		Billing: capacity.PerSecond, RestartOverhead: *overhead, PriceSeries: capacity.Constant(*od), OnDemandSeries: capacity.Constant(*od)}
+	policies := func() []schedule.ExperimentPolicy {
+		return []schedule.ExperimentPolicy{schedule.ExpOnDemandOnly{}, schedule.ExpGreedy{}, schedule.ExpUniformProgress{}, &schedule.ExpPlanned{}}
+	}
+	names := []string{}
+	for _, p := range policies() {
+		names = append(names, p.Name())
+	}
+
+	type job struct {
+		tr     *loaded
+		offset time.Duration
+		seed   uint64
+	}
+	var jobs []job
+	for _, tr := range traces {
+		span := time.Duration(len(tr.a.Count)) * tr.a.Tick
+		for k := range *offsets {
+			jobs = append(jobs, job{tr, span * time.Duration(k) / time.Duration(*offsets), uint64(k + 1)})
+		}
+	}
+	started := time.Now()
+	runs := make([][]run, len(jobs))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	var failed error
+	var mu sync.Mutex
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ps := policies()
+			for i := range next {
+				jb := jobs[i]
+				pools := []*capacity.Pool{{Name: "spot", Node: node, MaxNodes: *nodes, Market: spec.Spot, Billing: capacity.PerSecond,
+					Warning: 2 * time.Minute, RestartOverhead: *overhead, PriceSeries: capacity.Constant(*spot),
+					OnDemandSeries: capacity.Constant(*od), Preemption: jb.tr.model}, onDemand}
+				cfg := sim.ExperimentConfig{Spec: e, Seed: jb.seed, Curves: curves, Pools: pools, TraceOffset: jb.offset, Deadline: -1, Margin: *margin}
+				cfg.Policy = schedule.ExpOnDemandOnly{}
+				base, err := sim.RunExperiment(cfg)
+				if err != nil {
+					mu.Lock()
+					failed = err
+					mu.Unlock()
+					continue
+				}
+				for _, f := range factors {
+					cfg.Deadline = time.Duration(f * float64(base.Makespan))
+					for _, p := range ps {
+						cfg.Policy = p
+						r, err := sim.RunExperiment(cfg)
+						if err != nil {
+							mu.Lock()
+							failed = err
+							mu.Unlock()
+							continue
+						}
+						rr := run{Trace: jb.tr.name, Offset: jb.offset.Hours(), Seed: jb.seed, Factor: f, Policy: p.Name(), Cost: r.Cost,
+							Relative: r.Cost / base.Cost, Met: r.Met, Makespan: r.Makespan.Hours(), Deadline: r.Deadline.Hours(),
+							Preempt: r.Preemptions, LostH: r.Lost.Hours(), Trials: r.Trials}
+						for _, u := range r.Pools {
+							if u.Spot {
+								rr.SpotH += u.NodeHours
+							} else {
+								rr.OnDemandH += u.NodeHours
+							}
+						}
+						if r.Best != nil {
+							rr.Best = r.Best.Value
+						}
+						runs[i] = append(runs[i], rr)
+					}
+				}
+			}
+		}()
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if failed != nil {
+		log.Fatal(failed)
+	}
+	elapsed := time.Since(started)
+
+	var all []run
+	for _, rs := range runs {
+		all = append(all, rs...)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (%s, %d trials, %d at a time) on %s, median epoch %s; %d traces x %d offsets, %d spot + %d on-demand nodes,"+
+		" overhead %s, spot $%.3f/h, on-demand $%.2f/h; %d runs in %s\n\n",
+		e.Name, e.Searcher.Name, e.MaxTrials, e.MaxConcurrent, tb.Name, *epoch, len(traces), *offsets, *nodes, *nodes,
+		*overhead, *spot, *od, len(all), elapsed.Round(time.Second))
+	fmt.Fprintf(&b, "Mean cost relative to on-demand only (fraction of deadlines met)\n\n| deadline |")
+	for _, n := range names {
+		fmt.Fprintf(&b, " %s |", n)
+	}
+	fmt.Fprintf(&b, " best baseline | Virga vs best |\n|---|")
+	for range names {
+		fmt.Fprintf(&b, "---|")
+	}
+	fmt.Fprintf(&b, "---|---|\n")
+	for _, f := range factors {
+		fmt.Fprintf(&b, "| %gx |", f)
+		best, virga := math.Inf(1), 0.0
+		for _, name := range names {
+			sum, met, n := 0.0, 0, 0
+			for _, r := range all {
+				if r.Factor == f && r.Policy == name {
+					sum += r.Relative
+					n++
+					if r.Met {
+						met++
+					}
+				}
+			}
+			mean := sum / float64(max(n, 1))
+			fmt.Fprintf(&b, " %.3f (%.1f%%) |", mean, 100*float64(met)/float64(max(n, 1)))
+			if name == "virga" {
+				virga = mean
+			} else {
+				best = min(best, mean)
+			}
+		}
+		fmt.Fprintf(&b, " %.3f | %+.1f%% |\n", best, 100*(virga-best)/best)
+	}
+	fmt.Print(b.String())
+	if *out == "" {
+		return
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(*out, "search-runs.jsonl"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	enc := json.NewEncoder(f)
+	for _, r := range all {
+		if err := enc.Encode(r); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(*out, "search-results.md"), []byte(b.String()), 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type loaded struct {
+	name  string
+	a     *trace.Availability
+	model *capacity.Preemption
+}
+
+func load(dir string) ([]*loaded, error) {
+	var out []*loaded
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
+			return err
+		}
+		a, err := trace.ReadAvailability(path)
+		if err != nil {
+			return err
+		}
+		m, err := capacity.ReplayTrace(a, 1, 0, false)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		rel, _ := filepath.Rel(dir, path)
+		out = append(out, &loaded{name: rel, a: a, model: m})
+		return nil
+	})
+	sort.Slice(out, func(i, k int) bool { return out[i].name < out[k].name })
+	return out, err
+}
