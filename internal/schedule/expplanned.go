@@ -123,7 +123,14 @@ func (p *ExpPlanned) Place(e *Experiment, moves []Move) []Move {
 		case t.Pool >= 0:
 			j.Running = OnDemand
 		}
-		return p.planned(sp.Name).Decide(&j)
+		d := p.planned(sp.Name).Decide(&j)
+		if d == None && up {
+			// Waiting costs the same as running on spot capacity later
+			// (ties go to waiting): run now, so that the search learns
+			// sooner and the estimate firms up.
+			d = Spot
+		}
+		return d
 	}
 
 	// 1. Trials that run follow their lane (and, for a Final trial, its

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -99,6 +100,12 @@ func NewCurves(t *replay.Table, e *spec.Experiment, file string, data []byte) (*
 		c.dims = append(c.dims, cd)
 	}
 	if len(probs) > 0 {
+		sort.SliceStable(probs, func(i, j int) bool {
+			if probs[i].Line != probs[j].Line {
+				return probs[i].Line < probs[j].Line
+			}
+			return probs[i].Col < probs[j].Col
+		})
 		return nil, &spec.Error{Problems: probs}
 	}
 	return c, nil
