@@ -106,9 +106,9 @@ func TestCurvesMapping(t *testing.T) {
 		act  string
 		want int // configuration
 	}{
-		{0.05, "relu", 2},  // nearer 0.1 than 0.01 in ratio
-		{0.02, "tanh", 1},  // nearer 0.01
-		{5.0, "relu", 4},   // past the grid: its end
+		{0.05, "relu", 2}, // nearer 0.1 than 0.01 in ratio
+		{0.02, "tanh", 1}, // nearer 0.01
+		{5.0, "relu", 4},  // past the grid: its end
 		{int64(1), "tanh", 5},
 		{1e-9, "relu", 0},
 	} {
