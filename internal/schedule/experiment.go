@@ -45,9 +45,10 @@ type Experiment struct {
 	// Margin is the share of LaneLeft the safety net keeps in hand (0:
 	// DefaultMargin).
 	Margin float64
-	// Committed says the safety net fired at an earlier decision: from then
-	// on every trial runs on on-demand capacity (MustOnDemand stays true),
-	// as a job's does once it switched. The caller keeps it.
+	// Committed says the safety net fired at an earlier decision: for the
+	// baselines, every trial then stays on on-demand capacity, as a job
+	// does once it switched (MustOnDemand stays true). The caller keeps it:
+	// it sets it once MustOnDemand returned true.
 	Committed bool
 }
 
@@ -220,18 +221,23 @@ func (e *Experiment) overhead() time.Duration {
 // takes changes with the order its trials finish in.
 const DefaultMargin = 0.25
 
-// MustOnDemand is the safety net every policy but on-demand-only shares, at
-// the level of the experiment: move every trial to on-demand capacity (and
-// keep it there) when waiting one more interval, or losing the unsaved work
-// of a preemption in it, could make the deadline unreachable even on
-// on-demand capacity, with a margin for the estimate's error. Never without a
-// deadline or on-demand pools.
+// MustOnDemand is the safety net of the baselines (Greedy, Uniform
+// Progress) at the level of the experiment: move every trial to on-demand
+// capacity, and keep it there (Committed), once waiting one more interval,
+// or losing the unsaved work of a preemption in it, could make the deadline
+// unreachable even on on-demand capacity (NearDeadline).
 func (e *Experiment) MustOnDemand() bool {
+	return e.Committed || e.NearDeadline()
+}
+
+// NearDeadline reports whether the experiment is at its safety net now:
+// the time to the deadline, less a decision interval and a checkpoint
+// interval, no longer covers the on-demand time it still needs (LaneLeft
+// and a restart) with a margin for the estimate's error. Never without a
+// deadline or on-demand pools.
+func (e *Experiment) NearDeadline() bool {
 	if e.Deadline <= 0 || e.onDemandPool() < 0 {
 		return false
-	}
-	if e.Committed {
-		return true
 	}
 	need := e.LaneLeft()
 	margin := e.Margin
@@ -239,8 +245,7 @@ func (e *Experiment) MustOnDemand() bool {
 		margin = DefaultMargin
 	}
 	slack := e.Remaining() - need - e.overhead() - time.Duration(margin*float64(need))
-	risk := e.Checkpoint
-	return slack < e.Tick+risk
+	return slack < e.Tick+e.Checkpoint
 }
 
 // placer hands out free slots while a policy decides.

@@ -111,7 +111,8 @@ func TestPoliciesWithSpotDown(t *testing.T) {
 func TestSafetyNetMovesEveryTrial(t *testing.T) {
 	// 10h of work on 4 lanes with a 2h chain is (10h-2h)/4+2h = 4h on
 	// on-demand; with the margin, 5h. At 4h50m to the deadline the net fires
-	// for every policy: trials on spot move, waiting ones start there.
+	// for every policy: trials on spot move, waiting ones start there; Virga
+	// keeps exploring on spot capacity while half the margin is left.
 	ts := []Trial{{ID: 1, Pool: 0, Left: time.Hour}, {ID: 2, Pool: -1, Left: time.Hour}}
 	for _, p := range ExperimentPolicies() {
 		e := exp(0, 4*time.Hour+50*time.Minute, ts...)
@@ -130,18 +131,18 @@ func TestSafetyNetMovesEveryTrial(t *testing.T) {
 			t.Errorf("%s (-want +got):\n%s", p.Name(), diff)
 		}
 	}
-	// Closer still, Virga too moves everything.
-	e := exp(0, 4*time.Hour+5*time.Minute, ts...)
+	// Closer, Virga too moves everything.
+	e := exp(0, 4*time.Hour+25*time.Minute, ts...)
 	if diff := cmp.Diff([]Move{{1, 2}, {2, 2}}, place(&ExpPlanned{}, e)); diff != "" {
 		t.Errorf("virga at the edge (-want +got):\n%s", diff)
 	}
 	// Committed stays committed.
 	e = exp(0, 100*time.Hour, ts...)
 	e.Committed = true
-	if !e.MustOnDemand() {
-		t.Error("a committed experiment must stay on on-demand capacity")
+	if !e.MustOnDemand() || e.NearDeadline() {
+		t.Error("a committed experiment stays on on-demand capacity, near its deadline or not")
 	}
-	if e.Deadline = 0; e.MustOnDemand() {
+	if e.Committed, e.Deadline = false, 0; e.MustOnDemand() {
 		t.Error("no deadline, no net")
 	}
 }
@@ -156,7 +157,9 @@ func TestVirgaGivesOnDemandToPromotedTrials(t *testing.T) {
 		Trial{ID: 3, Pool: 0, Left: 2 * time.Hour, Final: true, Unsaved: time.Minute},
 		Trial{ID: 4, Pool: 0, Left: 2 * time.Hour, Final: true},
 	)
-	e.Committed = true
+	// 6.5h needed: 8h8m with the margin, 7h19m with half of it.
+	e.Left, e.Chain = 20*time.Hour, 2*time.Hour
+	e.Deadline = 7*time.Hour + 45*time.Minute
 	got := place(&ExpPlanned{}, e)
 	want := []Move{{1, 1}, {2, 2}, {4, 2}}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -18,19 +18,21 @@ import (
 //     which takes spot capacity instead: preempting the trial the experiment
 //     ends with delays the end, while exploration trials run in parallel and
 //     absorb reclaims;
-//   - once the deadline is near (the safety net, MustOnDemand, has fired),
-//     no trial waits any more: Final trials run on on-demand capacity, and
+//   - while the deadline is near (NearDeadline, where the baselines' safety
+//     net fires), no trial waits: Final trials run on on-demand capacity, and
 //     the others on spot capacity while a pool has room, else on
 //     on-demand. A reclaim then costs an exploration trial its step under
-//     way and a restart, which the net's margin covers; only when even that
-//     would risk the deadline (the slack without the margin is under a
-//     decision interval, a step and a restart) does every trial move to
-//     on-demand capacity, as ExpGreedy's do.
+//     way and a restart, which the net's margin covers; once half the margin
+//     is spent (the slack beyond half of it is under a decision interval, a
+//     step and a restart), every trial moves to on-demand capacity, as
+//     ExpGreedy's do.
 //
 // A trial moves to on-demand capacity when its lane says so; it leaves
 // on-demand capacity (for spot capacity, or to wait) only at a checkpoint,
-// so that no work is thrown away for a saving. Without a deadline it is
-// ExpGreedy: spot capacity only.
+// so that no work is thrown away for a saving. Unlike the baselines it does
+// not commit to on-demand capacity for good when the net fires: a search's
+// estimate moves as trials report, and a deadline that was near may not be
+// any more. Without a deadline it is ExpGreedy: spot capacity only.
 //
 // An ExpPlanned is safe for concurrent use; it keeps one Planned (and its
 // plans) per spot pool.
@@ -69,8 +71,13 @@ func (p *ExpPlanned) Place(e *Experiment, moves []Move) []Move {
 	if e.Deadline <= 0 || od < 0 {
 		return ExpGreedy{}.Place(e, moves)
 	}
-	if e.MustOnDemand() {
-		need := e.LaneLeft() + e.overhead()
+	margin := e.Margin
+	if margin <= 0 {
+		margin = DefaultMargin
+	}
+	if e.NearDeadline() {
+		// Spot capacity for exploration while half the margin is left.
+		need := time.Duration(float64(e.LaneLeft())*(1+margin/2)) + e.overhead()
 		if e.Remaining()-need < e.Tick+e.Checkpoint+e.overhead() {
 			return allOnDemand(e, pl, moves)
 		}
@@ -81,10 +88,6 @@ func (p *ExpPlanned) Place(e *Experiment, moves []Move) []Move {
 	// the key of the plans steady as the measured step time moves.
 	ckpt := (e.Checkpoint + tick/2) / tick * tick
 	lanes := time.Duration(e.onDemandLanes())
-	margin := e.Margin
-	if margin <= 0 {
-		margin = DefaultMargin
-	}
 	laneDone, laneLeft := e.Done/lanes, time.Duration(float64(e.LaneLeft())*(1+margin))
 
 	// spotFor returns the spot pool a trial would be modelled on: the one it
