@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -237,14 +236,9 @@ var (
 // file's bytes as well (also when parsing fails). Files over MaxFileSize are
 // rejected without reading them whole.
 func LoadCapacity(path string) (*Capacity, []byte, error) {
-	f, err := os.Open(path)
+	data, err := readFile("capacity", path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening capacity file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading capacity file %s: %w", path, err)
+		return nil, nil, err
 	}
 	c, err := ParseCapacity(path, data)
 	return c, data, err

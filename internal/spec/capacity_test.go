@@ -16,50 +16,7 @@ import (
 // "NAME.yaml" and compares the whole error text with NAME.want (-update
 // rewrites them).
 func TestBadCapacityFiles(t *testing.T) {
-	files, err := filepath.Glob("testdata/capacity/bad/*.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) < 12 {
-		t.Fatalf("want at least 12 bad capacity files, found %d", len(files))
-	}
-	for _, file := range files {
-		name := filepath.Base(file)
-		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := ParseCapacity(name, data)
-			if err == nil {
-				t.Fatalf("ParseCapacity succeeded, want an error; got %+v", c)
-			}
-			var perr *Error
-			if !errors.As(err, &perr) {
-				t.Fatalf("error is %T, want *spec.Error: %v", err, err)
-			}
-			for _, p := range perr.Problems {
-				if p.File != name {
-					t.Errorf("problem %q names file %q, want %q", p.Msg, p.File, name)
-				}
-			}
-			got := err.Error() + "\n"
-			wantFile := strings.TrimSuffix(file, ".yaml") + ".want"
-			if *update {
-				if err := os.WriteFile(wantFile, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(wantFile)
-			if err != nil {
-				t.Fatalf("reading golden (run with -update to create it): %v", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("error text mismatch (-want +got):\n%s", diff)
-			}
-		})
-	}
+	goldenErrors(t, "testdata/capacity/bad", 12, func(name string, data []byte) (any, error) { return ParseCapacity(name, data) })
 }
 
 func TestGoodCapacityFiles(t *testing.T) {

@@ -65,17 +65,27 @@ var (
 // bytes as well (also when parsing fails), since Virga stores the file exactly
 // as submitted. Files over MaxFileSize are rejected without reading them whole.
 func Load(path string) (*Experiment, []byte, error) {
+	data, err := readFile("experiment", path)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := Parse(path, data)
+	return e, data, err
+}
+
+// readFile reads the kind of file at path, at most MaxFileSize+1 bytes (the
+// parsers reject larger ones).
+func readFile(kind, path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening experiment file: %w", err)
+		return nil, fmt.Errorf("opening %s file: %w", kind, err)
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading experiment file %s: %w", path, err)
+		return nil, fmt.Errorf("reading %s file %s: %w", kind, path, err)
 	}
-	e, err := Parse(path, data)
-	return e, data, err
+	return data, nil
 }
 
 // Parse parses and validates an experiment file and applies defaults.

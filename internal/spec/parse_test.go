@@ -17,12 +17,21 @@ var update = flag.Bool("update", false, "rewrite testdata/bad/*.want from the pa
 // TestBadFiles parses every testdata/bad/NAME.yaml as "NAME.yaml" and compares
 // the whole error text with NAME.want.
 func TestBadFiles(t *testing.T) {
-	files, err := filepath.Glob("testdata/bad/*.yaml")
+	goldenErrors(t, "testdata/bad", 30, func(name string, data []byte) (any, error) { return Parse(name, data) })
+}
+
+// goldenErrors parses every DIR/NAME.yaml (at least least of them) as
+// "NAME.yaml" with parse, which must fail with a *spec.Error naming that
+// file, and compares the whole error text with DIR/NAME.want (-update
+// rewrites them).
+func goldenErrors(t *testing.T, dir string, least int, parse func(name string, data []byte) (any, error)) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 30 {
-		t.Fatalf("want at least 30 bad files, found %d", len(files))
+	if len(files) < least {
+		t.Fatalf("want at least %d bad files in %s, found %d", least, dir, len(files))
 	}
 	for _, file := range files {
 		name := filepath.Base(file)
@@ -31,9 +40,9 @@ func TestBadFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err := Parse(name, data)
+			v, err := parse(name, data)
 			if err == nil {
-				t.Fatalf("Parse succeeded, want an error; got %+v", e)
+				t.Fatalf("parsing succeeded, want an error; got %+v", v)
 			}
 			var perr *Error
 			if !errors.As(err, &perr) {
