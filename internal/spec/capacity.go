@@ -25,10 +25,7 @@ package spec
 // directory, and internal/capacity reads them.
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"path/filepath"
 	"strconv"
@@ -278,42 +275,7 @@ func ParseCapacity(name string, data []byte) (c *Capacity, err error) {
 // capacityDocument decodes data into one YAML mapping node, like document
 // does for experiment files.
 func (p *parser) capacityDocument(data []byte) *yaml.Node {
-	const empty = "file is empty; a capacity file lists pools, e.g. pools: [{name: local, node: {cpu: 4}, price: 0}]"
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			p.at(nil, "", empty)
-		} else {
-			p.syntax(err, data)
-		}
-		return nil
-	}
-	var next yaml.Node
-	switch err := dec.Decode(&next); {
-	case errors.Is(err, io.EOF):
-	case err != nil:
-		p.syntax(err, data)
-		return nil
-	default:
-		if next.Kind != yaml.DocumentNode || len(next.Content) > 0 {
-			p.at(&next, "", "a second YAML document starts here; a capacity file holds exactly one (remove the ---)")
-			return nil
-		}
-	}
-	if len(doc.Content) == 0 {
-		p.at(nil, "", empty)
-		return nil
-	}
-	root := doc.Content[0]
-	if !p.noAliases(root) {
-		return nil
-	}
-	if root.Kind != yaml.MappingNode {
-		p.at(root, "", "expected a mapping with pools: [...], got %s", describe(root))
-		return nil
-	}
-	return root
+	return p.root(data, "a capacity file", "file is empty; a capacity file lists pools, e.g. pools: [{name: local, node: {cpu: 4}, price: 0}]", "a mapping with pools: [...]")
 }
 
 // capacity reads the root mapping.

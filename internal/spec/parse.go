@@ -127,11 +127,19 @@ func Parse(filename string, data []byte) (exp *Experiment, err error) {
 // document decodes data into one YAML mapping node, reporting syntax errors,
 // extra documents, aliases and a root that is not a mapping.
 func (p *parser) document(data []byte) *yaml.Node {
+	return p.root(data, "an experiment file", "file is empty; an experiment needs at least name and objective", "a mapping of fields (name: ..., objective: ...)")
+}
+
+// root decodes data into one YAML mapping node for a file of kind,
+// reporting syntax errors, extra documents, aliases and a root that is not
+// a mapping; empty is the message for an empty file, mapping what the root
+// should look like.
+func (p *parser) root(data []byte, kind, empty, mapping string) *yaml.Node {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			p.at(nil, "", "file is empty; an experiment needs at least name and objective")
+			p.at(nil, "", "%s", empty)
 		} else {
 			p.syntax(err, data)
 		}
@@ -145,12 +153,12 @@ func (p *parser) document(data []byte) *yaml.Node {
 		return nil
 	default:
 		if next.Kind != yaml.DocumentNode || len(next.Content) > 0 {
-			p.at(&next, "", "a second YAML document starts here; an experiment file holds exactly one (remove the ---)")
+			p.at(&next, "", "a second YAML document starts here; %s holds exactly one (remove the ---)", kind)
 			return nil
 		}
 	}
 	if len(doc.Content) == 0 {
-		p.at(nil, "", "file is empty; an experiment needs at least name and objective")
+		p.at(nil, "", "%s", empty)
 		return nil
 	}
 	root := doc.Content[0]
@@ -158,7 +166,7 @@ func (p *parser) document(data []byte) *yaml.Node {
 		return nil
 	}
 	if root.Kind != yaml.MappingNode {
-		p.at(root, "", "expected a mapping of fields (name: ..., objective: ...), got %s", describe(root))
+		p.at(root, "", "expected %s, got %s", mapping, describe(root))
 		return nil
 	}
 	return root
