@@ -27,6 +27,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/spec"
 	"github.com/virga-ml/virga/internal/store"
@@ -111,6 +112,16 @@ type Config struct {
 	// Place picks the pool each attempt starts on when the backend has pools
 	// (backend.Pooled); nil means FirstFit.
 	Place PlaceFunc
+	// Policy, when set, places and moves the trials of experiments with a
+	// deadline across the backend's pools (backend.Pooled), from the same
+	// schedule.Experiment snapshot the simulator builds (see policy.go);
+	// Place still places the trials of the others. nil means Place for all.
+	Policy schedule.ExperimentPolicy
+	// PoolInfo is what Policy knows of each pool beyond its status, by pool
+	// name: its market, price, node, restart overhead, billing and
+	// reliability. A pool without an entry is spot when it is preemptible,
+	// free, and of unknown reliability.
+	PoolInfo map[string]PoolInfo
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Rand picks seeds for experiments that do not set one; nil means a source seeded from the clock.
@@ -176,6 +187,8 @@ type expState struct {
 	spent   float64
 	runs    int
 	runTime time.Duration
+	// pol is what the experiment policy keeps of the experiment (policy.go).
+	pol expPolicyState
 }
 
 type stopReason int
@@ -187,6 +200,7 @@ const (
 	stopPause                  // the experiment was paused
 	stopTimeout                // the attempt ran past its timeout
 	stopSearchPause            // the searcher paused it; only the searcher resumes it
+	stopMove                   // the experiment policy moves it: it waits again, then resumes from its checkpoint
 )
 
 type trialState struct {
@@ -205,6 +219,8 @@ type trialState struct {
 	// fruitless counts the trial's latest attempts in a row that were
 	// preempted without saving a new checkpoint.
 	fruitless int
+	// speed is the trial's measured speed, from its reports (policy.go).
+	speed trialSpeed
 }
 
 // progressInterval bounds how often a reporting trial's row is rewritten.

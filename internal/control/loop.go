@@ -401,6 +401,11 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 			pa.Paused(t.ID) // from now on it may be promoted
 			es.dirty = true
 		}
+	case reason == stopMove && es.exp.State != virga.ExperimentActive:
+		c.afterStopWhileInactive(it, ts, ev.Time)
+	case reason == stopMove:
+		// Stopped to run elsewhere (or to wait): the policy places it again.
+		c.afterMove(it, ts, a, ev.Time)
 	case reason == stopEarly || reason == stopUser:
 		msg := "stopped early by the searcher"
 		if reason == stopUser {
@@ -616,6 +621,9 @@ func (c *Controller) schedule(it *iteration) {
 			c.finishExperiment(it, es, virga.ExperimentFailed, fmt.Sprintf(
 				"each trial needs %s but %s has at most %s: lower resources in the experiment file or give the server more capacity",
 				fmtResources(res), where, fmtResources(most)), now)
+			continue
+		}
+		if pools != nil && c.usePolicy(es) && c.schedulePolicy(it, es, pools, &free, now) {
 			continue
 		}
 		running := running(es)

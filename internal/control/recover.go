@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/virga-ml/virga"
@@ -208,6 +209,7 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 			if recomputeProgress(t, ms, es.spec.Objective) {
 				it.touchTrial(ts)
 			}
+			ts.speed.recover(es, ms, ts.ckpts)
 		}
 		es.dirty = true
 		it.touchExp(es)
@@ -253,6 +255,8 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 			ts.stopping = stopEarly
 		case ts.exp.exp.State == virga.ExperimentPaused:
 			ts.stopping = stopPause
+		case strings.HasPrefix(ts.t.Message, movingPrefix):
+			ts.stopping = stopMove // a move in flight: it waits again once stopped
 		}
 		if a.Backend == apiBackend {
 			continue

@@ -212,6 +212,7 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		}
 		it.touchTrial(ts) // the checkpoint a restart needs is written at once
 	}
+	ts.speed.report(ts.exp, ts.attempt.ID, r.rep.Step, r.time, r.ckpt != nil)
 	c.progress[ts] = true
 	it.reported[ts] = true
 	d := search.Continue
@@ -223,8 +224,9 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 			t.Best, t.BestStep = &b, r.rep.Step
 		}
 		// A trial already being stopped or paused is not judged again: the
-		// searcher would decide for a trial that control ends anyway.
-		if ts.stopping == notStopping {
+		// searcher would decide for a trial that control ends anyway. One
+		// being moved goes on elsewhere: it is judged.
+		if ts.stopping == notStopping || ts.stopping == stopMove {
 			d = es.searcher.Observe(t.ID, r.rep.Step, v)
 			es.dirty = true
 		}
@@ -234,7 +236,7 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 			}
 		}
 	}
-	if ts.stopping != notStopping {
+	if ts.stopping != notStopping && (ts.stopping != stopMove || d == search.Continue) {
 		d = search.Stop
 	} else if d != search.Continue {
 		// The decision is written with the trial (and with the searcher's

@@ -28,6 +28,7 @@ import (
 	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/spec"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/storeopen"
@@ -165,6 +166,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		warm = 4
 	}
 	var pools []local.Pool
+	var policy schedule.ExperimentPolicy
+	var poolInfo map[string]control.PoolInfo
 	if cfg.CapacityFile != "" {
 		set, err := capacity.LoadFile(cfg.CapacityFile)
 		if err != nil {
@@ -177,6 +180,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if cfg.Pricer == nil {
 			cfg.Pricer = set.Pricer()
 		}
+		// Experiments with a deadline are placed by Virga's policy, as in
+		// virga sim.
+		policy, poolInfo = &schedule.ExpPlanned{}, PoolInfo(set)
 	}
 	if s.be, err = local.New(local.Config{Capacity: cfg.Capacity, ShimCommand: cfg.ShimCommand, WarmShims: warm, Pools: pools}); err != nil {
 		return nil, err
@@ -206,7 +212,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.URL = "http://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
 	s.ctl, err = control.New(control.Config{Store: s.st, Backend: s.be, Checkpoints: cks, DataDir: dir,
-		ReportBase: s.URL, Secret: secret, Logger: cfg.Logger, Pricer: cfg.Pricer})
+		ReportBase: s.URL, Secret: secret, Logger: cfg.Logger, Pricer: cfg.Pricer, Policy: policy, PoolInfo: poolInfo})
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
@@ -362,6 +368,27 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// PoolInfo is what the experiment policy knows of a capacity file's pools,
+// by name, as virga sim gives it: market, price, node, restart overhead,
+// billing minimum and reliability.
+func PoolInfo(set *capacity.Set) map[string]control.PoolInfo {
+	out := make(map[string]control.PoolInfo, len(set.Pools))
+	for _, p := range set.Pools {
+		st := p.Stats()
+		stats := schedule.PoolStats{Available: st.Available, MeanUp: st.MeanUp, MeanDown: st.MeanOutage}
+		if st.MeanUp == 0 && st.Available >= 1 {
+			stats.MeanUp = neverReclaimed // capacity.Stats' 0 means never; schedule's, unknown
+		}
+		out[p.Name] = control.PoolInfo{Spot: p.Spot(), Node: p.Node, Price: p.Price, RestartOverhead: p.RestartOverhead,
+			MinBilled: p.Billing.Billed(max(p.RestartOverhead, 1)), Stats: stats}
+	}
+	return out
+}
+
+// neverReclaimed is the mean up time given to the policy for a pool that is
+// never reclaimed.
+const neverReclaimed = 100 * 365 * 24 * time.Hour
 
 // LocalPools turns a capacity file's pools into the local backend's: each
 // hands out its node shape times its most nodes, and a spot pool is
