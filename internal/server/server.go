@@ -57,7 +57,9 @@ type Config struct {
 	// CapacityFile, if set, is a capacity file (docs/capacity.md): its pools,
 	// all of backend local, become the local backend's pools (spot ones
 	// emulated: reclaimed on their trace or rate model, from when the server
-	// starts), and its prices price the attempts unless Pricer is set.
+	// starts), and its prices price the attempts unless Pricer is set. The
+	// trials of experiments with a deadline are then placed and moved by
+	// Virga's experiment policy (schedule.ExpPlanned), as in virga sim.
 	CapacityFile string
 	Version      string
 	Logger       *slog.Logger
