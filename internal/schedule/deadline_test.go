@@ -88,3 +88,13 @@ func TestPlanned(t *testing.T) {
 		t.Errorf("on on-demand, spot flapping: %s, want to stay", got)
 	}
 }
+
+// A tie between running on spot and waiting (free spot capacity) goes to
+// running: it costs no more and finishes sooner.
+func TestPlannedRunsOnATie(t *testing.T) {
+	j := job(0, 0, None, true)
+	j.SpotPrice = 0
+	if got := (&Planned{}).Decide(j); got != Spot {
+		t.Errorf("free spot capacity, up: %s, want spot", got)
+	}
+}

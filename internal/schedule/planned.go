@@ -208,7 +208,9 @@ func solve(key planKey, K, W int) *plan {
 							start = o
 						}
 						v := cost[inst] + next(inst, start, w, u)
-						if v < best {
+						// On a tie, running on spot beats waiting: it
+						// costs no more and finishes sooner.
+						if v < best || inst == Spot && v <= best {
 							best, dec = v, inst
 						}
 					}
