@@ -40,7 +40,7 @@ func (i Instance) String() string {
 // (a trace, or what Virga measured of it).
 type PoolStats struct {
 	Available float64       // fraction of the time capacity is there, in [0, 1]
-	MeanUp    time.Duration // mean length of a period with capacity (0: unknown)
+	MeanUp    time.Duration // mean length of a period with capacity (0: never ends if Available is 1, else unknown)
 	MeanDown  time.Duration // mean length of an outage (0: unknown)
 }
 

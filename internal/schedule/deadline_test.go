@@ -89,12 +89,12 @@ func TestPlanned(t *testing.T) {
 	}
 }
 
-// A tie between running on spot and waiting (free spot capacity) goes to
-// running: it costs no more and finishes sooner.
+// On spot capacity that is never reclaimed, running now and waiting cost
+// the same: the tie goes to running, which finishes sooner.
 func TestPlannedRunsOnATie(t *testing.T) {
 	j := job(0, 0, None, true)
-	j.SpotPrice = 0
+	j.Pool = PoolStats{Available: 1} // never reclaimed
 	if got := (&Planned{}).Decide(j); got != Spot {
-		t.Errorf("free spot capacity, up: %s, want spot", got)
+		t.Errorf("spot never reclaimed, up: %s, want spot", got)
 	}
 }

@@ -125,8 +125,11 @@ func solve(key planKey, K, W int) *plan {
 
 	// Availability chain per tick.
 	stayUp, stayDown := 0.0, 1.0
-	if key.pool.MeanUp > 0 {
+	switch {
+	case key.pool.MeanUp > 0:
 		stayUp = math.Exp(-float64(tick) / float64(key.pool.MeanUp))
+	case key.pool.Available >= 1:
+		stayUp = 1 // never reclaimed
 	}
 	if key.pool.MeanDown > 0 {
 		stayDown = math.Exp(-float64(tick) / float64(key.pool.MeanDown))
