@@ -221,6 +221,9 @@ type trialState struct {
 	fruitless int
 	// speed is the trial's measured speed, from its reports (policy.go).
 	speed trialSpeed
+	// moveTo is the pool the policy moves the trial to while its attempt
+	// stops (stopMove; "" to wait): a slot there is kept for it.
+	moveTo string
 }
 
 // progressInterval bounds how often a reporting trial's row is rewritten.

@@ -20,8 +20,8 @@ import (
 // live data, asks the policy, keeps the moves schedule.Feasible allows and
 // carries them out: a waiting trial starts on its pool; a running trial the
 // policy moves is stopped gracefully (stopMove) and waits again, queued, so
-// that the policy places it (on its new pool) at a later pass and it resumes
-// from its checkpoint there. Every change is committed before it is acted
+// that the policy places it (on its new pool, where a slot is kept for it
+// meanwhile) at a later pass and it resumes from its checkpoint there. Every change is committed before it is acted
 // on, as for the rest of the loop.
 
 // PoolInfo is what an experiment policy knows of a pool beyond its
@@ -246,6 +246,16 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		})
 	}
 
+	// A slot of the pool a trial is moving to is kept for it while its
+	// attempt stops (the simulator moves a trial at once).
+	for _, ts := range es.trials {
+		if ts.attempt != nil && ts.stopping == stopMove && ts.moveTo != "" {
+			if i, ok := index[ts.moveTo]; ok {
+				e.Pools[i].Free = max(e.Pools[i].Free-1, 0)
+			}
+		}
+	}
+
 	// Trials, and the search's progress.
 	prog := schedule.Progress{Lowest: math.MaxInt64, Overhead: overhead, Exhausted: es.exhausted, StepTime: step,
 		Reached: make([]int, len(shape.Rungs)), Passed: make([]int, len(shape.Rungs))}
@@ -449,6 +459,10 @@ func (c *Controller) move(it *iteration, es *expState, ts *trialState, e *schedu
 	default:
 		msg = fmt.Sprintf("moving to spot pool %s: the deadline allows it, at $%.4g an hour instead of $%.4g",
 			e.Pools[to].Name, e.Pools[to].Price, from.Price)
+	}
+	ts.moveTo = ""
+	if to >= 0 {
+		ts.moveTo = e.Pools[to].Name
 	}
 	t := ts.t
 	t.Message = msg

@@ -325,3 +325,51 @@ func TestPolicyMoveAcrossRestart(t *testing.T) {
 		t.Errorf("%d trial.moving events, want 1", moves)
 	}
 }
+
+// TestPolicyKeepsMoveTarget: while a trial moved to the only on-demand slot
+// stops, the slot is kept for it: the policy does not move a second trial
+// there meanwhile (which would leave one of them waiting), and the moved
+// trial gets it once stopped.
+func TestPolicyKeepsMoveTarget(t *testing.T) {
+	be := newPooledBackend(
+		backend.PoolStatus{Name: "spot", Capacity: virga.Resources{CPU: 2}, Preemptible: true, Up: true, Warning: time.Minute},
+		backend.PoolStatus{Name: "ondemand", Capacity: virga.Resources{CPU: 1}, Up: true},
+	)
+	h, clk := policyHarness(t, be)
+	start := clk.Now()
+	h.submit(expYAML("policy", "max_trials: 4\nmax_concurrent: 2\nresources: {cpu: 1}\ndeadline: 10h"))
+	s1, s2 := h.nextStart(), h.nextStart()
+	if s1.Pool != "spot" || s2.Pool != "spot" {
+		t.Fatalf("first trials on %q and %q, want both on spot (first fit)", s1.Pool, s2.Pool)
+	}
+	if s1.TrialID > s2.TrialID {
+		s1, s2 = s2, s1
+	}
+	h.settle(s2)
+	h.complete(be, clk, s1)
+	s3 := h.nextStart()
+	if s3.Pool != "spot" {
+		t.Fatalf("third trial on %q, want spot: it is up and the deadline far", s3.Pool)
+	}
+	h.settle(s3)
+	h.train(clk, s2, 1, 2, true)
+	h.train(clk, s3, 1, 2, true)
+
+	// Far too little time left: every trial should run on on-demand
+	// capacity, which has room for one.
+	clk.Advance(start.Add(10*time.Hour - 20*time.Minute).Sub(clk.Now()))
+	h.eventually("the second trial to be stopped", func() bool { return be.stopped(s2.AttemptID) })
+	for range 5 {
+		clk.Advance(time.Second)
+		time.Sleep(30 * time.Millisecond)
+	}
+	if be.stopped(s3.AttemptID) {
+		t.Fatalf("the third trial was stopped too, while the only on-demand slot is kept for the second (%q)", h.trial(s3.TrialID).Message)
+	}
+	be.exit(backend.Event{AttemptID: s2.AttemptID, Signal: "terminated"})
+	s4 := h.nextStart()
+	if s4.TrialID != s2.TrialID || s4.Pool != "ondemand" {
+		t.Fatalf("next attempt: trial %d on %q, want trial %d on ondemand", s4.TrialID, s4.Pool, s2.TrialID)
+	}
+	h.settle(s4)
+}
