@@ -39,8 +39,7 @@ type PoolInfo struct {
 	// MinBilled is the least time a start on the pool is billed for (its
 	// billing minimum, or the restart overhead rounded up to its increment).
 	MinBilled time.Duration
-	// Stats is a spot pool's reliability (schedule.PoolStats' MeanUp 0 means
-	// unknown: give a long time for a pool never reclaimed).
+	// Stats is a spot pool's reliability (schedule.StatsOfPool).
 	Stats schedule.PoolStats
 }
 

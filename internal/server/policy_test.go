@@ -49,7 +49,7 @@ func TestPoolInfo(t *testing.T) {
 	if spot.Stats.MeanUp != 2*time.Hour || spot.Stats.MeanDown != 10*time.Minute || spot.Stats.Available >= 1 {
 		t.Errorf("spot pool's stats %+v, want up 2h on average, down 10m", spot.Stats)
 	}
-	if od.Spot || od.Price(now) != 4 || od.MinBilled != time.Hour || od.Stats.MeanUp != neverReclaimed {
+	if od.Spot || od.Price(now) != 4 || od.MinBilled != time.Hour || od.Stats.MeanUp != 0 || od.Stats.Available != 1 {
 		t.Errorf("on-demand pool: %+v (price %v)", od, od.Price(now))
 	}
 }

@@ -378,19 +378,12 @@ func PoolInfo(set *capacity.Set) map[string]control.PoolInfo {
 	out := make(map[string]control.PoolInfo, len(set.Pools))
 	for _, p := range set.Pools {
 		st := p.Stats()
-		stats := schedule.PoolStats{Available: st.Available, MeanUp: st.MeanUp, MeanDown: st.MeanOutage}
-		if st.MeanUp == 0 && st.Available >= 1 {
-			stats.MeanUp = neverReclaimed // capacity.Stats' 0 means never; schedule's, unknown
-		}
+		stats := schedule.StatsOfPool(st)
 		out[p.Name] = control.PoolInfo{Spot: p.Spot(), Node: p.Node, Price: p.Price, RestartOverhead: p.RestartOverhead,
 			MinBilled: p.Billing.Billed(max(p.RestartOverhead, 1)), Stats: stats}
 	}
 	return out
 }
-
-// neverReclaimed is the mean up time given to the policy for a pool that is
-// never reclaimed.
-const neverReclaimed = 100 * 365 * 24 * time.Hour
 
 // LocalPools turns a capacity file's pools into the local backend's: each
 // hands out its node shape times its most nodes, and a spot pool is

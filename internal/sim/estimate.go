@@ -134,7 +134,7 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 	cfg := JobConfig{
 		Work: work, Deadline: deadline, Overhead: overhead, Checkpoint: in.Checkpoint,
 		SpotPrice: sp.Price(in.Start), OnDemandPrice: odPrice, Billing: sp.Billing,
-		Pool: schedule.PoolStats{Available: st.Available, MeanUp: st.MeanUp, MeanDown: st.MeanOutage},
+		Pool: schedule.StatsOfPool(st),
 	}
 	if !withOD {
 		cfg.OnDemandPrice = math.Inf(1)

@@ -365,10 +365,7 @@ func newExperimentSim(cfg ExperimentConfig) (*experimentSim, error) {
 			sp.slots = p.MaxNodes * max(1, int(math.Floor(1/share+1e-9)))
 		}
 		st := p.Stats()
-		sp.stats = schedule.PoolStats{Available: st.Available, MeanUp: st.MeanUp, MeanDown: st.MeanOutage}
-		if st.MeanUp == 0 && st.Available >= 1 {
-			sp.stats.MeanUp = neverReclaimed // capacity.Stats' 0 means never; schedule's, unknown
-		}
+		sp.stats = schedule.StatsOfPool(st)
 		sp.overhead = int64(p.RestartOverhead)
 		s.overhead = max(s.overhead, p.RestartOverhead)
 		s.pools = append(s.pools, sp)
@@ -876,10 +873,6 @@ func (s *experimentSim) finish(why string, at int64) {
 		r.Pools = append(r.Pools, p.usage)
 	}
 }
-
-// neverReclaimed is the mean up time handed to policies for a pool that is
-// never reclaimed.
-const neverReclaimed = 100 * 365 * 24 * time.Hour
 
 // slowQuantile is the quantile of step times taken as a slow trial's
 // (Progress.Slow).
