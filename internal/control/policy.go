@@ -57,6 +57,8 @@ type expPolicyState struct {
 	// least every TickInterval.
 	decided time.Time
 	sig     uint64
+	// late says the experiment was told its deadline cannot be met.
+	late bool
 	// fallback says the policy cannot decide yet (it was logged once).
 	fallback string
 	// stepSum and steps sum the measured steps of all trials (time between
@@ -391,6 +393,15 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 		return true
 	}
 	es.pol.sig, es.pol.decided = sig, now
+	if need := e.LaneLeft(); !es.pol.late && e.Deadline > 0 && need > e.Remaining() {
+		// Say so once: even on on-demand capacity the work left takes
+		// longer than the time left (the policy still does its best).
+		es.pol.late = true
+		msg := fmt.Sprintf("the deadline cannot be met even on on-demand capacity: about %s of work left at %d at a time, earliest finish about %s (deadline %s)",
+			need.Round(time.Minute), e.Lanes, now.Add(need).UTC().Format(time.RFC3339), es.exp.CreatedAt.Add(e.Deadline).UTC().Format(time.RFC3339))
+		it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment.late", Message: msg, Time: now})
+		c.log.Warn(msg, "experiment", es.exp.ID)
+	}
 	e.Committed = e.Committed || e.MustOnDemand()
 	es.pol.committed = e.Committed
 	moves := schedule.Feasible(e, c.cfg.Policy.Place(e, nil))

@@ -373,3 +373,33 @@ func TestPolicyKeepsMoveTarget(t *testing.T) {
 	}
 	h.settle(s4)
 }
+
+// TestPolicySaysWhenTheDeadlineCannotBeMet: once the work left (two trials
+// of ten one-minute steps, one at a time) is longer than the time left, the
+// experiment is told so, once, with the earliest finish.
+func TestPolicySaysWhenTheDeadlineCannotBeMet(t *testing.T) {
+	be := onePerPool(false)
+	h, clk := policyHarness(t, be)
+	e := h.submit(policyYAML(3, "deadline: 15m"))
+	h.complete(be, clk, h.nextStart())
+	late := func() []string {
+		evs, err := h.st.Events(context.Background(), store.EventFilter{ExperimentID: e.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []string
+		for _, ev := range evs {
+			if ev.Kind == "experiment.late" {
+				msgs = append(msgs, ev.Message)
+			}
+		}
+		return msgs
+	}
+	h.eventually("the experiment to be told it is late", func() bool { return len(late()) > 0 })
+	clk.Advance(time.Minute)
+	time.Sleep(20 * h.tick)
+	msgs := late()
+	if len(msgs) != 1 || !strings.HasPrefix(msgs[0], "the deadline cannot be met even on on-demand capacity: about 20m0s of work left at 1 at a time, earliest finish about ") {
+		t.Errorf("late events %q", msgs)
+	}
+}
