@@ -432,3 +432,40 @@ func ExperimentPolicyNamed(name string) ExperimentPolicy {
 	}
 	return nil
 }
+
+// Spread scales the share of the margin that covers the uncertainty of a
+// search's work (UncertainMargin).
+const Spread = 0.06
+
+// UncertainMargin is the share of the on-demand time an experiment still
+// needs (LaneLeft) that Virga keeps in hand: the safety net's margin (Margin,
+// else DefaultMargin), plus Spread x sqrt(Left / Done), the relative error
+// of an estimate made from Done worth of measurements of a search with Left
+// still to do (the error of a mean falls as the square root of what it is
+// measured on, and what is left to run grows it). +Inf while nothing is
+// done: nothing is known of the search yet.
+func (e *Experiment) UncertainMargin() float64 {
+	margin := e.Margin
+	if margin <= 0 {
+		margin = DefaultMargin
+	}
+	if e.Left <= 0 {
+		return margin
+	}
+	if e.Done <= 0 {
+		return math.Inf(1)
+	}
+	return margin + Spread*math.Sqrt(float64(e.Left)/float64(e.Done))
+}
+
+// uncertainNet reports whether the time to the deadline, less a decision
+// interval and a checkpoint interval, no longer covers the on-demand time
+// the experiment still needs (LaneLeft and a restart) with UncertainMargin.
+// Never without a deadline or on-demand pools.
+func (e *Experiment) uncertainNet() bool {
+	if e.Deadline <= 0 || e.onDemandPool() < 0 {
+		return false
+	}
+	need := float64(e.LaneLeft()+e.overhead()) + e.UncertainMargin()*float64(e.LaneLeft())
+	return float64(e.Remaining()-e.Tick-e.Checkpoint) < need
+}

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -76,9 +77,11 @@ func TestFeasible(t *testing.T) {
 
 func TestPoliciesWithSpotUp(t *testing.T) {
 	// Plenty of time: every policy but on-demand-only starts each trial on
-	// the cheapest spot pool with room.
+	// the cheapest spot pool with room (Virga once some of the search is
+	// done: TestVirgaStartsOnDemandWhileNothingIsKnown).
 	for _, p := range ExperimentPolicies() {
 		e := exp(0, 48*time.Hour, waitingTrials(6)...)
+		e.Done = 10 * time.Hour
 		got := place(p, e)
 		want := []Move{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 0}, {6, 0}}
 		if p.Name() == "on-demand" {
@@ -97,6 +100,9 @@ func TestPoliciesWithSpotDown(t *testing.T) {
 	for _, p := range ExperimentPolicies() {
 		e := exp(4*time.Hour, 48*time.Hour, waitingTrials(2)...)
 		e.Pools[0].Up, e.Pools[1].Up = false, false
+		if p.Name() == "virga" {
+			e.Done = 10 * time.Hour // (UP's line would be 50h by then)
+		}
 		got := place(p, e)
 		var want []Move
 		if p.Name() == "on-demand" || p.Name() == "uniform-progress" {
@@ -111,60 +117,102 @@ func TestPoliciesWithSpotDown(t *testing.T) {
 func TestSafetyNetMovesEveryTrial(t *testing.T) {
 	// 10h of work on 4 lanes with a 2h chain is (10h-2h)/4+2h = 4h on
 	// on-demand; with the margin, 5h. At 4h50m to the deadline the net fires
-	// for every policy: trials on spot move, waiting ones start there; Virga
-	// keeps exploring on spot capacity while half the margin is left.
+	// for every policy: trials on spot move, waiting ones start there.
 	ts := []Trial{{ID: 1, Pool: 0, Left: time.Hour}, {ID: 2, Pool: -1, Left: time.Hour}}
 	for _, p := range ExperimentPolicies() {
 		e := exp(0, 4*time.Hour+50*time.Minute, ts...)
+		e.Done = 100 * time.Hour
 		e.Margin = 0.25
 		if !e.MustOnDemand() {
 			t.Fatal("the net should fire")
 		}
 		got := place(p, e)
-		want := []Move{{1, 2}, {2, 2}}
-		if p.Name() == "virga" {
-			// Near the deadline Virga keeps exploration on spot capacity
-			// while the slack without the margin allows.
-			want = []Move{{2, 1}}
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
+		if diff := cmp.Diff([]Move{{1, 2}, {2, 2}}, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", p.Name(), diff)
 		}
 	}
-	// Closer, Virga too moves everything.
-	e := exp(0, 4*time.Hour+25*time.Minute, ts...)
-	if diff := cmp.Diff([]Move{{1, 2}, {2, 2}}, place(&ExpPlanned{}, e)); diff != "" {
-		t.Errorf("virga at the edge (-want +got):\n%s", diff)
-	}
 	// Committed stays committed.
-	e = exp(0, 100*time.Hour, ts...)
+	e := exp(0, 100*time.Hour, ts...)
 	e.Committed = true
 	if !e.MustOnDemand() || e.NearDeadline() {
 		t.Error("a committed experiment stays on on-demand capacity, near its deadline or not")
+	}
+	if diff := cmp.Diff([]Move{{1, 2}, {2, 2}}, place(&ExpPlanned{}, e)); diff != "" {
+		t.Errorf("virga, committed (-want +got):\n%s", diff)
 	}
 	if e.Committed, e.Deadline = false, 0; e.MustOnDemand() {
 		t.Error("no deadline, no net")
 	}
 }
 
-func TestVirgaGivesOnDemandToPromotedTrials(t *testing.T) {
-	// Near the deadline (the net has fired, slack remains), a Final trial
-	// goes to on-demand capacity, an exploring one to spot; a Final trial
-	// on spot moves at its checkpoint, not before.
-	e := exp(0, 100*time.Hour,
-		Trial{ID: 1, Pool: -1, Left: 30 * time.Minute},
-		Trial{ID: 2, Pool: -1, Left: 2 * time.Hour, Final: true},
-		Trial{ID: 3, Pool: 0, Left: 2 * time.Hour, Final: true, Unsaved: time.Minute},
-		Trial{ID: 4, Pool: 0, Left: 2 * time.Hour, Final: true},
-	)
-	// 6.5h needed: 8h8m with the margin, 7h19m with half of it.
-	e.Left, e.Chain = 20*time.Hour, 2*time.Hour
-	e.Deadline = 7*time.Hour + 45*time.Minute
-	got := place(&ExpPlanned{}, e)
-	want := []Move{{1, 1}, {2, 2}, {4, 2}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
+func TestVirgaStartsOnDemandWhileNothingIsKnown(t *testing.T) {
+	// Nothing done yet: the estimate rests on no measurement, and Virga
+	// runs on on-demand capacity however loose the deadline; spot once a
+	// part of the search is done.
+	e := exp(0, 48*time.Hour, waitingTrials(2)...)
+	if m := e.UncertainMargin(); !math.IsInf(m, 1) {
+		t.Errorf("margin with nothing done: %g, want +Inf", m)
 	}
+	if diff := cmp.Diff([]Move{{1, 2}, {2, 2}}, place(&ExpPlanned{}, e)); diff != "" {
+		t.Errorf("nothing done (-want +got):\n%s", diff)
+	}
+	e.Done = 10 * time.Hour
+	if diff := cmp.Diff([]Move{{1, 1}, {2, 1}}, place(&ExpPlanned{}, e)); diff != "" {
+		t.Errorf("10h done (-want +got):\n%s", diff)
+	}
+}
+
+func TestVirgaMarginGrowsWithUncertainty(t *testing.T) {
+	// The same 4h needed on on-demand (10h left, 2h chain, 4 lanes) and
+	// 5h40m to the deadline: 42% of slack. Early in the search (1h done of
+	// 11h) the margin is 0.25 + 0.06 x sqrt(10) = 0.44 and Virga runs on
+	// on-demand capacity; late (90h done of 100h), 0.25 + 0.06 x
+	// sqrt(1/9) = 0.27, and spot capacity is worth it. The baselines'
+	// net, at 0.25, fires in neither.
+	for _, c := range []struct {
+		done time.Duration
+		pool int
+	}{{time.Hour, 2}, {90 * time.Hour, 1}} {
+		e := exp(0, 5*time.Hour+40*time.Minute, waitingTrials(2)...)
+		e.Done = c.done
+		if e.MustOnDemand() {
+			t.Fatal("the baselines' net should not fire")
+		}
+		if m, lo := e.UncertainMargin(), DefaultMargin; m <= lo || m > lo+Spread*math.Sqrt(float64(e.Left)/float64(e.Done))+1e-9 {
+			t.Errorf("done %s: margin %g", c.done, m)
+		}
+		want := []Move{{1, c.pool}, {2, c.pool}}
+		if diff := cmp.Diff(want, place(&ExpPlanned{}, e)); diff != "" {
+			t.Errorf("done %s (-want +got):\n%s", c.done, diff)
+		}
+	}
+}
+
+func TestVirgaGivesOnDemandToPromotedTrials(t *testing.T) {
+	// Spot capacity is down, one on-demand slot is free, and the deadline
+	// comes near enough for the lanes to ask for on-demand capacity: the
+	// slot goes to the Final (promoted) trial, not to the trials still
+	// exploring before it in the queue.
+	e := exp(time.Hour, 0,
+		Trial{ID: 1, Pool: -1, Left: 30 * time.Minute},
+		Trial{ID: 2, Pool: -1, Left: 30 * time.Minute},
+		Trial{ID: 3, Pool: -1, Left: 2 * time.Hour, Final: true},
+	)
+	e.Done = 50 * time.Hour
+	e.Pools[0].Up, e.Pools[1].Up = false, false
+	e.Pools[2].Free = 1
+	for d := 6*time.Hour + 50*time.Minute; d > time.Hour; d -= time.Minute {
+		e.Deadline = d
+		got := place(&ExpPlanned{}, e)
+		if len(got) == 0 {
+			continue // the lanes wait for spot capacity
+		}
+		if diff := cmp.Diff([]Move{{3, 2}}, got); diff != "" {
+			t.Errorf("deadline %s (-want +got):\n%s", d, diff)
+		}
+		return
+	}
+	t.Fatal("the lanes never asked for on-demand capacity")
 }
 
 func TestLeavingOnDemandWaitsForACheckpoint(t *testing.T) {

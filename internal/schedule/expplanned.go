@@ -7,32 +7,41 @@ import (
 
 // ExpPlanned is Virga's experiment policy. It sees the experiment as Lanes
 // parallel jobs (one per trial it may run at once), each with an equal share
-// of the on-demand time the experiment still needs (LaneLeft, with the
-// safety net's margin), and decides each trial's lane with Planned, the
-// single-job policy that minimises the expected cost of meeting the
-// deadline under a Markov model of the spot pool the trial runs on or would
-// get. It then spends the capacity by what the searcher knows of the
-// trials:
-//   - a waiting trial the searcher promoted past its last rung (Final) gets
-//     the on-demand slots the lanes ask for before a trial still exploring,
-//     which takes spot capacity instead: preempting the trial the experiment
-//     ends with delays the end, while exploration trials run in parallel and
-//     absorb reclaims;
-//   - while the deadline is near (NearDeadline, where the baselines' safety
-//     net fires), no trial waits: Final trials run on on-demand capacity, and
-//     the others on spot capacity while a pool has room, else on
-//     on-demand. A reclaim then costs an exploration trial its step under
-//     way and a restart, which the net's margin covers; once half the margin
-//     is spent (the slack beyond half of it is under a decision interval, a
-//     step and a restart), every trial moves to on-demand capacity, as
-//     ExpGreedy's do.
+// of the on-demand time the experiment still needs (LaneLeft, with a
+// margin), and decides each trial's lane with Planned, the single-job policy
+// that minimises the expected cost of meeting the deadline under a Markov
+// model of the spot pool the trial runs on or would get. A waiting trial the
+// searcher promoted past its last rung (Final) gets the on-demand slots the
+// lanes ask for before a trial still exploring, which takes spot capacity
+// instead: preempting the trial the experiment ends with delays the end,
+// while exploration trials run in parallel and absorb reclaims.
+//
+// A search's work is an estimate, and an uncertain one: the path of an
+// asynchronous search changes with the order its trials finish in, which
+// the placement changes (the same search can take from 0.6 to 1.6 times the
+// node-hours under another placement), and the estimate rests on what the
+// trials did so far. So the margin Virga keeps grows with that uncertainty
+// (UncertainMargin): the safety net's margin, plus a share that is large
+// while little of the search is done and shrinks as the done work grows
+// against the work left. Every trial runs on on-demand capacity while the
+// time to the deadline does not cover the on-demand time needed with that
+// margin: at the start of a search (nothing measured yet) with a tight
+// deadline, it runs as on-demand only would, and leaves on-demand capacity
+// only once enough of the search is done for the slack to cover what is
+// left with its uncertainty. Once the experiment's safety net fires
+// (MustOnDemand, with the fixed margin), every trial stays on on-demand
+// capacity for good, as the baselines' do: a placement that keeps changing
+// near the deadline changes the search's path too.
+//
+// While the lanes wait for spot capacity, the experiment does not fall
+// behind Uniform Progress's line (from nothing at submission to all its
+// estimated work at the deadline): waiting trials start on on-demand
+// capacity when it is behind.
 //
 // A trial moves to on-demand capacity when its lane says so; it leaves
 // on-demand capacity (for spot capacity, or to wait) only at a checkpoint,
-// so that no work is thrown away for a saving. Unlike the baselines it does
-// not commit to on-demand capacity for good when the net fires: a search's
-// estimate moves as trials report, and a deadline that was near may not be
-// any more. Without a deadline it is ExpGreedy: spot capacity only.
+// so that no work is thrown away for a saving. Without a deadline it is
+// ExpGreedy: spot capacity only.
 //
 // An ExpPlanned is safe for concurrent use; it keeps one Planned (and its
 // plans) per spot pool.
@@ -71,18 +80,10 @@ func (p *ExpPlanned) Place(e *Experiment, moves []Move) []Move {
 	if e.Deadline <= 0 || od < 0 {
 		return ExpGreedy{}.Place(e, moves)
 	}
-	margin := e.Margin
-	if margin <= 0 {
-		margin = DefaultMargin
+	if e.MustOnDemand() || e.uncertainNet() {
+		return allOnDemand(e, pl, moves)
 	}
-	if e.NearDeadline() {
-		// Spot capacity for exploration while half the margin is left.
-		need := time.Duration(float64(e.LaneLeft())*(1+margin/2)) + e.overhead()
-		if e.Remaining()-need < e.Tick+e.Checkpoint+e.overhead() {
-			return allOnDemand(e, pl, moves)
-		}
-		return nearDeadline(e, pl, moves)
-	}
+	margin := e.UncertainMargin()
 	tick := max(e.Tick, (e.Deadline/planTicks+time.Second-1)/time.Second*time.Second)
 	// The plan depends on the checkpoint interval in whole ticks only: keep
 	// the key of the plans steady as the measured step time moves.
@@ -191,6 +192,12 @@ func (p *ExpPlanned) Place(e *Experiment, moves []Move) []Move {
 			order = append(order, i)
 		}
 	}
+	// While its lane waits for spot capacity, a trial starts on on-demand
+	// capacity if the experiment is behind the line from nothing at
+	// submission to all its work at the deadline (Uniform Progress's rule):
+	// a search that falls behind on an estimate that may be too low has
+	// less time left to find out.
+	behind := e.Done < time.Duration(float64(e.Done+e.Left)*min(float64(e.Elapsed)/float64(e.Deadline), 1))
 	for _, i := range order {
 		t := &e.Trials[i]
 		if wantOD > 0 {
@@ -200,40 +207,15 @@ func (p *ExpPlanned) Place(e *Experiment, moves []Move) []Move {
 				continue
 			}
 		}
-		if dec[i] == None {
-			continue
+		q := -1
+		if dec[i] != None {
+			q = pl.take(true)
 		}
-		if q := pl.take(true); q >= 0 {
+		if q < 0 && behind {
+			q = pl.take(false)
+		}
+		if q >= 0 {
 			moves = append(moves, Move{t.ID, q})
-		}
-	}
-	return moves
-}
-
-// nearDeadline places trials once the safety net has fired: Final trials on
-// on-demand capacity (a spot one moves at its next checkpoint), the others
-// on spot capacity while some has room and on-demand otherwise; no trial
-// waits.
-func nearDeadline(e *Experiment, pl *placer, moves []Move) []Move {
-	for i := range e.Trials {
-		t := &e.Trials[i]
-		switch {
-		case t.Final && e.spotRunning(t) && (t.AtCheckpoint() || e.Pools[t.Pool].Reclaiming):
-			if q := pl.take(false); q >= 0 {
-				pl.release(t)
-				moves = append(moves, Move{t.ID, q})
-			}
-		case t.Waiting():
-			q := -1
-			if !t.Final {
-				q = pl.take(true)
-			}
-			if q < 0 {
-				q = pl.take(false)
-			}
-			if q >= 0 {
-				moves = append(moves, Move{t.ID, q})
-			}
 		}
 	}
 	return moves

@@ -267,12 +267,22 @@ func TestBudgetEndsTheExperiment(t *testing.T) {
 }
 
 func TestSpotThatNeverGoes(t *testing.T) {
-	// A spot pool that is never reclaimed: every policy but on-demand-only
-	// runs the same search there, at the spot price.
+	// A spot pool that is never reclaimed: the baselines run the same
+	// search there, at the spot price. Virga starts on on-demand capacity
+	// while nothing of the search is measured, moves to spot capacity at
+	// the first checkpoints, and meets the deadline for less than
+	// on-demand only.
 	pools := []*capacity.Pool{spotPool(t, 4, 0.9, 3*time.Minute, ""), onDemandPool(4, 3, 3*time.Minute)}
 	base := smallRun(t, smallExperiment, ExperimentConfig{Pools: pools, Deadline: time.Hour})
 	for _, p := range schedule.ExperimentPolicies()[1:] {
 		r := smallRun(t, smallExperiment, ExperimentConfig{Pools: pools, Deadline: time.Hour, Policy: p})
+		if p.Name() == "virga" {
+			if !r.Met || r.Cost >= base.Cost || r.Pools[0].Attempts == 0 || r.Pools[1].Attempts == 0 {
+				t.Errorf("virga: met %v cost %g (on-demand only %g), attempts on spot %d, on on-demand %d",
+					r.Met, r.Cost, base.Cost, r.Pools[0].Attempts, r.Pools[1].Attempts)
+			}
+			continue
+		}
 		if !r.Met || r.Makespan != base.Makespan || math.Abs(r.Cost-base.Cost*0.3) > 1e-9 || r.Pools[1].Attempts != 0 {
 			t.Errorf("%s: met %v makespan %s cost %g, want %s and %g on spot", p.Name(), r.Met, r.Makespan, r.Cost, base.Makespan, base.Cost*0.3)
 		}

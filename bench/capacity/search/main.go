@@ -10,6 +10,9 @@
 //
 //	go run ./bench/capacity/search -data ../shared/data/skypilot-spot-traces/availability -out bench/capacity/results/search
 //
+// -phase and -seed-base give a held-out set of runs (other start offsets,
+// other searcher seeds); -policies runs only some of the policies.
+//
 // Time scale: the table's median epoch (13 ms on the machine that made it)
 // lasts -epoch (2 minutes) on a p3.2xlarge, every epoch scaled by the same
 // factor, so the search is about 90 node-hours of on-demand work (7-8 hours
@@ -73,6 +76,9 @@ func main() {
 	od := flag.Float64("on-demand-price", 3.06, "on-demand price per node-hour (p3.2xlarge)")
 	margin := flag.Float64("margin", 0, "share of the on-demand time still needed the safety net keeps in hand (0: the default)")
 	factorList := flag.String("factors", "1.25,1.5,2", "deadlines as multiples of the on-demand-only makespan")
+	phase := flag.Float64("phase", 0, "shift of the start offsets, as a fraction of their spacing (0: the offsets Virga's policy was tuned on; 0.5: halfway between them)")
+	seedBase := flag.Uint64("seed-base", 0, "the searcher's seed at offset k is seed-base+k+1")
+	policyList := flag.String("policies", "", "comma-separated policies to run besides on-demand (empty: all)")
 	flag.Parse()
 
 	e, src, err := spec.Load(*expFile)
@@ -104,7 +110,19 @@ func main() {
 	onDemand := &capacity.Pool{Name: "on-demand", Node: node, MaxNodes: *nodes, Market: spec.OnDemand,
 		Billing: capacity.PerSecond, RestartOverhead: *overhead, PriceSeries: capacity.Constant(*od), OnDemandSeries: capacity.Constant(*od)}
 	policies := func() []schedule.ExperimentPolicy {
-		return []schedule.ExperimentPolicy{schedule.ExpOnDemandOnly{}, schedule.ExpGreedy{}, schedule.ExpUniformProgress{}, &schedule.ExpPlanned{}}
+		all := []schedule.ExperimentPolicy{schedule.ExpOnDemandOnly{}, schedule.ExpGreedy{}, schedule.ExpUniformProgress{}, &schedule.ExpPlanned{}}
+		if *policyList == "" {
+			return all
+		}
+		keep := all[:1]
+		for _, p := range all[1:] {
+			for _, n := range strings.Split(*policyList, ",") {
+				if strings.TrimSpace(n) == p.Name() {
+					keep = append(keep, p)
+				}
+			}
+		}
+		return keep
 	}
 	names := []string{}
 	for _, p := range policies() {
@@ -120,7 +138,8 @@ func main() {
 	for _, tr := range traces {
 		span := time.Duration(len(tr.a.Count)) * tr.a.Tick
 		for k := range *offsets {
-			jobs = append(jobs, job{tr, span * time.Duration(k) / time.Duration(*offsets), uint64(k + 1)})
+			at := time.Duration((float64(k) + *phase) / float64(*offsets) * float64(span))
+			jobs = append(jobs, job{tr, at, *seedBase + uint64(k+1)})
 		}
 	}
 	started := time.Now()
@@ -194,9 +213,9 @@ func main() {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (%s, %d trials, %d at a time) on %s, median epoch %s; %d traces x %d offsets, %d spot + %d on-demand nodes,"+
-		" overhead %s, spot $%.3f/h, on-demand $%.2f/h; %d runs in %s\n\n",
+		" offsets at phase %g, seeds %d+k; overhead %s, spot $%.3f/h, on-demand $%.2f/h; %d runs in %s\n\n",
 		e.Name, e.Searcher.Name, e.MaxTrials, e.MaxConcurrent, tb.Name, *epoch, len(traces), *offsets, *nodes, *nodes,
-		*overhead, *spot, *od, len(all), elapsed.Round(time.Second))
+		*phase, *seedBase+1, *overhead, *spot, *od, len(all), elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "Mean cost relative to on-demand only (fraction of deadlines met)\n\n| deadline |")
 	for _, n := range names {
 		fmt.Fprintf(&b, " %s |", n)
