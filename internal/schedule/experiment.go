@@ -286,17 +286,6 @@ func (p *placer) take(spot bool) int {
 	return -1
 }
 
-// has reports whether a pool of the market can take a trial now.
-func (p *placer) has(spot bool) bool {
-	for _, i := range p.order {
-		q := &p.e.Pools[i]
-		if q.Spot == spot && q.Up && !q.Reclaiming && p.free[i] > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // release gives back the slot of a trial that moves away.
 func (p *placer) release(t *Trial) {
 	if t.Pool >= 0 {

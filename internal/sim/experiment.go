@@ -146,7 +146,6 @@ type simPool struct {
 	next     int64 // next availability change, ns since submission; -1 never
 	usage    PoolUsage
 	stats    schedule.PoolStats
-	minCost  float64
 	overhead int64
 }
 
@@ -258,11 +257,10 @@ type experimentSim struct {
 	rungOf          []int
 	reached, passed []int
 
-	trace  func(*experimentSim) // called after each instant, for tests
-	snap   schedule.Experiment
-	moves  []schedule.Move
-	live   []schedule.LiveTrial
-	lastUp []bool
+	trace func(*experimentSim) // called after each instant, for tests
+	snap  schedule.Experiment
+	moves []schedule.Move
+	live  []schedule.LiveTrial
 }
 
 // RunExperiment simulates one experiment.
