@@ -9,22 +9,17 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io/fs"
 	"log"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/virga-ml/virga/bench/capacity/benchio"
 	"github.com/virga-ml/virga/internal/capacity"
-	"github.com/virga-ml/virga/internal/capacity/trace"
 	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/sim"
 )
@@ -166,23 +161,7 @@ func main() {
 	if *out == "" {
 		return
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		log.Fatal(err)
-	}
-	f, err := os.Create(filepath.Join(*out, "runs.jsonl"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	enc := json.NewEncoder(f)
-	for _, r := range all {
-		if err := enc.Encode(r); err != nil {
-			log.Fatal(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(*out, "results.md"), []byte(b.String()), 0o644); err != nil {
+	if err := benchio.Write(*out, all, b.String()); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -196,28 +175,22 @@ type loaded struct {
 }
 
 func load(dir string, holdout bool) ([]*loaded, error) {
-	var out []*loaded
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
-			return err
-		}
-		a, err := trace.ReadAvailability(path)
-		if err != nil {
-			return err
-		}
+	traces, err := benchio.Traces(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*loaded, 0, len(traces))
+	for _, a := range traces {
 		up := make([]bool, a.Len())
 		for i := range up {
 			up[i] = a.Up(i)
 		}
-		rel, _ := filepath.Rel(dir, path)
-		l := &loaded{name: rel, up: up, tick: a.Tick, stats: sim.StatsOf(up, a.Tick)}
+		l := &loaded{name: a.Name, up: up, tick: a.Tick, stats: sim.StatsOf(up, a.Tick)}
 		if holdout {
 			l.first = len(up) / 2
 			l.stats = sim.StatsOf(up[:l.first], a.Tick)
 		}
 		out = append(out, l)
-		return nil
-	})
-	sort.Slice(out, func(i, k int) bool { return out[i].name < out[k].name })
-	return out, err
+	}
+	return out, nil
 }

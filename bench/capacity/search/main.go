@@ -20,14 +20,10 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io/fs"
 	"log"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -36,6 +32,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/bench/capacity/benchio"
 	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/capacity/trace"
 	"github.com/virga-ml/virga/internal/schedule"
@@ -290,23 +287,7 @@ func main() {
 	if *out == "" {
 		return
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		log.Fatal(err)
-	}
-	f, err := os.Create(filepath.Join(*out, "runs.jsonl"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	enc := json.NewEncoder(f)
-	for _, r := range all {
-		if err := enc.Encode(r); err != nil {
-			log.Fatal(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(*out, "results.md"), []byte(b.String()), 0o644); err != nil {
+	if err := benchio.Write(*out, all, b.String()); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -318,23 +299,17 @@ type loaded struct {
 }
 
 func load(dir string) ([]*loaded, error) {
-	var out []*loaded
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
-			return err
-		}
-		a, err := trace.ReadAvailability(path)
+	traces, err := benchio.Traces(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*loaded, 0, len(traces))
+	for _, a := range traces {
+		m, err := capacity.ReplayTrace(a.Availability, 1, 0, false)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("%s: %w", a.Name, err)
 		}
-		m, err := capacity.ReplayTrace(a, 1, 0, false)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		rel, _ := filepath.Rel(dir, path)
-		out = append(out, &loaded{name: rel, a: a, model: m})
-		return nil
-	})
-	sort.Slice(out, func(i, k int) bool { return out[i].name < out[k].name })
-	return out, err
+		out = append(out, &loaded{name: a.Name, a: a.Availability, model: m})
+	}
+	return out, nil
 }
