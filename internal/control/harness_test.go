@@ -14,6 +14,7 @@ import (
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/sqlite"
 )
@@ -153,6 +154,10 @@ type harness struct {
 	now    func() time.Time
 	// place, when set, is the controller's placement policy.
 	place control.PlaceFunc
+	// policy and poolInfo, if set, are the controller's experiment policy
+	// and what it knows of the pools.
+	policy   schedule.ExperimentPolicy
+	poolInfo map[string]control.PoolInfo
 }
 
 func newHarness(t *testing.T) *harness {
@@ -183,7 +188,8 @@ func (h *harness) start(be backend.Backend) {
 		h.be = b.fake()
 	}
 	ctl, err := control.New(control.Config{Store: h.st, Backend: be, Checkpoints: h.ck, DataDir: h.dir,
-		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Now: h.now, Place: h.place})
+		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Now: h.now, Place: h.place,
+		Policy: h.policy, PoolInfo: h.poolInfo})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -42,24 +42,8 @@ func policyHarness(t *testing.T, be *pooledBackend) (*harness, *fakeClock) {
 // startPolicy is h.start with Virga's experiment policy and policyPools.
 func (h *harness) startPolicy(be *pooledBackend) {
 	h.t.Helper()
-	h.be = be.fakeBackend
-	ctl, err := control.New(control.Config{Store: h.st, Backend: be, Checkpoints: h.ck, DataDir: h.dir,
-		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Now: h.now,
-		Policy: &schedule.ExpPlanned{}, PoolInfo: policyPools()})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.ctl, h.cancel, h.runErr = ctl, cancel, make(chan error, 1)
-	go func() { h.runErr <- ctl.Run(ctx) }()
-	h.t.Cleanup(h.crash)
-	select {
-	case <-ctl.Ready():
-	case <-ctl.Done():
-		h.t.Fatalf("controller stopped during recovery: %v", <-h.runErr)
-	case <-time.After(waitFor):
-		h.t.Fatal("controller not ready")
-	}
+	h.policy, h.poolInfo = &schedule.ExpPlanned{}, policyPools()
+	h.start(be)
 }
 
 // policyYAML is an experiment of n trials, one at a time, with extra
