@@ -374,9 +374,6 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 		a.Outcome = virga.OutcomePreempted
 	case ts.stopping == stopTimeout:
 		a.Outcome = virga.OutcomeTimeout
-	case ts.stopping == stopMove && ev.ExitCode != nil && *ev.ExitCode == 0:
-		// It ended on its own before the move's stop reached it.
-		a.Outcome = virga.OutcomeSucceeded
 	case ts.stopping != notStopping:
 		a.Outcome = virga.OutcomeStopped
 	case ev.ExitCode != nil && *ev.ExitCode == 0:
@@ -404,8 +401,6 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 			pa.Paused(t.ID) // from now on it may be promoted
 			es.dirty = true
 		}
-	case reason == stopMove && a.Outcome == virga.OutcomeSucceeded:
-		c.endTrial(it, ts, virga.TrialCompleted, "", search.Completed, ev.Time)
 	case reason == stopMove && es.exp.State != virga.ExperimentActive:
 		c.afterStopWhileInactive(it, ts, ev.Time)
 	case reason == stopMove:

@@ -387,26 +387,3 @@ func TestPolicySaysWhenTheDeadlineCannotBeMet(t *testing.T) {
 		t.Errorf("late events %q", msgs)
 	}
 }
-
-// TestPolicyMoveOfATrialThatEnds: a trial that ends on its own (exit 0) while
-// the policy moves it has completed; it is not started again.
-func TestPolicyMoveOfATrialThatEnds(t *testing.T) {
-	be := onePerPool(true)
-	h, clk := policyHarness(t, be)
-	_, s2, _ := movingTrial(t, h, be, clk)
-	code := 0
-	be.exit(backend.Event{AttemptID: s2.AttemptID, ExitCode: &code})
-	tr := h.waitTrial(s2.TrialID, virga.TrialCompleted)
-	if as := h.attempts(tr.ID); len(as) != 1 || as[0].Outcome != virga.OutcomeSucceeded {
-		t.Errorf("attempts %+v, want one that succeeded", as)
-	}
-	for {
-		s := h.waitStart(100 * time.Millisecond)
-		if s == nil {
-			break
-		}
-		if s.TrialID == s2.TrialID {
-			t.Fatalf("trial %d started again on %s after it completed", s.TrialID, s.Pool)
-		}
-	}
-}
