@@ -63,7 +63,17 @@ func (c *Controller) committed(es *expState, until time.Time, run time.Duration)
 	res := resources(es.spec)
 	for _, ts := range es.trials {
 		a := ts.attempt
-		if a == nil || a.StartedAt.IsZero() {
+		if a == nil || a.Backend == apiBackend {
+			continue
+		}
+		if a.StartedAt.IsZero() {
+			// Created, not yet seen started: it will cost at least a
+			// start (its billing minimum) or its expected run.
+			cost, err := c.cfg.Pricer.Cost(a.Pool, res, until, until.Add(max(run, time.Second)))
+			if err != nil {
+				c.log.Warn("pricing a starting attempt for the budget", "attempt", a.ID, "err", err)
+			}
+			total += cost
 			continue
 		}
 		end := until
@@ -96,8 +106,10 @@ func expectedRun(es *expState) time.Duration {
 }
 
 // budgetFits tells whether starting ts now (on ts.pool) keeps es within its
-// budget; if not, why.
-func (c *Controller) budgetFits(es *expState, ts *trialState, res virga.Resources, now time.Time) (bool, string) {
+// budget, with pending the expected cost of the trials already chosen to
+// start in this pass (not yet attempts); if it fits, it adds ts's expected
+// cost to pending, else it says why.
+func (c *Controller) budgetFits(es *expState, ts *trialState, res virga.Resources, now time.Time, pending *float64) (bool, string) {
 	budget := es.spec.Budget
 	if budget <= 0 || c.cfg.Pricer == nil {
 		return true, ""
@@ -108,8 +120,9 @@ func (c *Controller) budgetFits(es *expState, ts *trialState, res virga.Resource
 		c.log.Warn("pricing the next attempt for the budget", "trial", ts.t.ID, "pool", ts.pool, "err", err)
 		return true, ""
 	}
-	spent := c.committed(es, now, run)
+	spent := c.committed(es, now, run) + *pending
 	if spent+next <= budget {
+		*pending += next
 		return true, ""
 	}
 	what := "the billing minimum of its next trial"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/capacity"
 )
 
 // TestBudgetStopsRunningTrials: two trials at $0.005 a second each against a
@@ -120,5 +121,29 @@ func TestSubmitRefusesAPassedDeadline(t *testing.T) {
 	}
 	if _, err := h.ctl.Submit(t.Context(), "ok.yaml", []byte(expYAML("ok", "deadline: 2026-03-01T13:00:00Z"))); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBudgetCountsStartsOfOnePass: with each start billed a whole hour ($9 for
+// a trial's share) and $10 to spend, one trial starts, not the four that
+// max_concurrent allows in the same pass, and the experiment stops after it.
+func TestBudgetCountsStartsOfOnePass(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	h := newHarness(t)
+	h.now = clk.Now
+	h.pricer = &capacity.Pricer{Pools: map[string]capacity.PricedPool{
+		"": {Price: capacity.Constant(18), Node: virga.Resources{CPU: 4, MemoryMB: 1024}, Billing: capacity.PerHour},
+	}}
+	h.start(newFakeBackend())
+	e := h.submit(expYAML("budget-pass", "max_trials: 4\nmax_concurrent: 4\nbudget: 10\nresources: {cpu: 1, memory: 512MiB}"))
+	s := h.nextStart()
+	h.noStart(100 * time.Millisecond)
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: clk.Now(), PID: 1})
+	code := 0
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: clk.Advance(100 * time.Second), ExitCode: &code})
+	got := h.waitExp(e.ID, virga.ExperimentStopped)
+	h.noStart(50 * time.Millisecond)
+	if !strings.Contains(got.Message, "budget of $10.00 reached: $9.00 spent or committed") {
+		t.Errorf("message %q", got.Message)
 	}
 }

@@ -628,6 +628,7 @@ func (c *Controller) schedule(it *iteration) {
 		}
 		running := running(es)
 		chosen := map[*trialState]bool{}
+		pending := 0.0 // expected cost of the trials chosen in this pass
 		for running < es.spec.MaxConcurrent && (pools == nil && res.Fits(free) || pools != nil && poolRoom(pools, res)) {
 			var next *trialState
 			for _, ts := range es.trials {
@@ -645,7 +646,11 @@ func (c *Controller) schedule(it *iteration) {
 			if pools != nil && !c.place(next, res, pools, now) {
 				break // it waits, queued, for a pool
 			}
-			if ok, why := c.budgetFits(es, next, res, now); !ok {
+			if ok, why := c.budgetFits(es, next, res, now, &pending); !ok {
+				if pools != nil {
+					c.releasePool(next.pool, res) // place reserved it
+					next.pool = ""
+				}
 				if running == 0 {
 					c.stopForBudget(it, es, why, now)
 				}

@@ -408,6 +408,7 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 	// 3. Carry out the moves.
 	n := running(es)
 	started := false
+	pending := 0.0 // expected cost of the trials started in this pass
 	for _, m := range moves {
 		ts, tr := v.trials[m.Trial-1], &e.Trials[m.Trial-1]
 		if !tr.Waiting() {
@@ -422,7 +423,7 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 			continue
 		}
 		ts.pool = p.Name
-		if ok, why := c.budgetFits(es, ts, res, now); !ok {
+		if ok, why := c.budgetFits(es, ts, res, now, &pending); !ok {
 			ts.pool = ""
 			if n == 0 {
 				c.stopForBudget(it, es, why, now)
