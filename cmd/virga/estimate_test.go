@@ -156,7 +156,7 @@ budget: 10
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if e.MaxTrials != 1 || e.MaxConcurrent != 1 || e.Searcher.Name != "random" || !e.Deadline.IsZero() || e.Budget != 0 || e.Hyperparameters["lr"] == nil {
+	if e.MaxTrials != 1 || e.MaxConcurrent != 1 || e.Searcher.Name != "random" || e.StopGrace.D() != 5*time.Second || !e.Deadline.IsZero() || e.Budget != 0 || e.Hyperparameters["lr"] == nil {
 		t.Errorf("profile experiment %+v from\n%s", e, out)
 	}
 }

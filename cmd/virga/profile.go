@@ -21,7 +21,7 @@ import (
 
 // profileExperiment rewrites an experiment file into one trial, run alone:
 // max_trials and max_concurrent 1, the random searcher (a stopper would cut
-// the run short), no deadline or budget. Everything else, comments aside,
+// the run short), a stop grace of 5 s, no deadline or budget. Everything else, comments aside,
 // stays as written.
 func profileExperiment(data []byte) ([]byte, error) {
 	var doc yaml.Node
@@ -32,7 +32,7 @@ func profileExperiment(data []byte) ([]byte, error) {
 		return nil, fmt.Errorf("not a mapping")
 	}
 	m := doc.Content[0]
-	set := map[string]string{"max_trials": "1", "max_concurrent": "1", "searcher": "random"}
+	set := map[string]string{"max_trials": "1", "max_concurrent": "1", "searcher": "random", "stop_grace": "5s"}
 	var kept []*yaml.Node
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k := m.Content[i].Value
@@ -48,7 +48,7 @@ func profileExperiment(data []byte) ([]byte, error) {
 		}
 		kept = append(kept, m.Content[i], m.Content[i+1])
 	}
-	for _, k := range []string{"max_trials", "max_concurrent", "searcher"} {
+	for _, k := range []string{"max_trials", "max_concurrent", "searcher", "stop_grace"} {
 		if v, ok := set[k]; ok {
 			kept = append(kept, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k}, &yaml.Node{Kind: yaml.ScalarNode, Tag: tagOf(k), Value: v})
 		}
@@ -64,7 +64,7 @@ func profileExperiment(data []byte) ([]byte, error) {
 }
 
 func tagOf(key string) string {
-	if key == "searcher" {
+	if key == "searcher" || key == "stop_grace" {
 		return "!!str"
 	}
 	return "!!int"
@@ -98,6 +98,19 @@ func profile(ctx context.Context, file string, data []byte, steps int, timeout t
 	if err != nil {
 		return 0, err
 	}
+	// However this ends (Ctrl-C included), stop the trial and wait for its
+	// process to end before the server and its directory go.
+	defer func() {
+		bg := context.WithoutCancel(ctx)
+		if _, err := c.Control(bg, exp.ID, control.OpStop); err != nil {
+			return
+		}
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if v, err := c.Experiment(bg, exp.ID); err != nil || v.State.Terminal() {
+				return
+			}
+		}
+	}()
 	fmt.Fprintf(progress, "profiling one trial of %s on this machine for %d steps...\n", file, steps)
 	var trial *virga.Trial
 	var ms []virga.Metric
@@ -123,14 +136,6 @@ func profile(ctx context.Context, file string, data []byte, steps int, timeout t
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	// Stop it and wait for its process to end before the directory goes.
-	if _, err := c.Control(ctx, exp.ID, control.OpStop); err == nil {
-		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			if v, err := c.Experiment(ctx, exp.ID); err != nil || v.State.Terminal() {
-				break
-			}
 		}
 	}
 	var per []float64
