@@ -132,6 +132,18 @@ func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOp
 	work := time.Duration(expectedSteps(e, steps) * float64(stepTime))
 	rep := estimateReport{Experiment: e.Name, Trials: e.MaxTrials, Steps: steps, StepTime: stepTime, Source: source, Work: work, Slots: e.MaxConcurrent}
 	in := sim.EstimateInput{Work: work, Slots: e.MaxConcurrent, Spot: spot, OnDemand: od, Checkpoint: o.checkpoint, Samples: o.samples, Seed: o.seed, Start: now}
+	res := virga.Resources{CPU: e.Resources.CPU, MemoryMB: e.Resources.MemoryMB, GPU: e.Resources.GPU}
+	for _, p := range []struct {
+		pool  *capacity.Pool
+		share *float64
+	}{{spot, &in.SpotShare}, {od, &in.OnDemandShare}} {
+		if p.pool == nil {
+			continue
+		}
+		if *p.share, err = capacity.Share(res, p.pool.Node); err != nil {
+			return nil, usageError{fmt.Errorf("%s: pool %q: %w", o.capacity, p.pool.Name, err)}
+		}
+	}
 	if !e.Deadline.IsZero() {
 		rep.Deadline = e.Deadline.Time(now)
 		in.Deadline = rep.Deadline.Sub(now)

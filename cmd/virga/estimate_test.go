@@ -36,8 +36,9 @@ func TestEstimateFromFlags(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	od, spot, v := rep.Plans[0], rep.Plans[1], rep.Plans[2]
-	// On-demand: 4 nodes x (40m + 3m restart overhead) at $3.06/h.
-	if od.Plan != "on-demand" || od.Wall != 43*time.Minute || od.PMeet != 1 || abs(od.Cost-4*3.06*43/60) > 1e-9 {
+	// On-demand: 4 trials x (40m + 3m restart overhead) at $3.06/h for an
+	// eighth of a node each (1 of the p3.2xlarge's 8 cores).
+	if od.Plan != "on-demand" || od.Wall != 43*time.Minute || od.PMeet != 1 || abs(od.Cost-4*3.06*43/60/8) > 1e-9 {
 		t.Errorf("on-demand plan %+v", od)
 	}
 	if v.Plan != "virga" || v.PMeet != 1 || v.Cost >= od.Cost || spot.Cost >= v.Cost {

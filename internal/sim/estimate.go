@@ -28,7 +28,11 @@ type EstimateInput struct {
 	// Checkpoint is the checkpoint interval in work; 0 means work is kept
 	// at a reclaim.
 	Checkpoint time.Duration
-	Samples    int    // Monte-Carlo samples of the spot pool's availability; 0 means 200
+	// SpotShare and OnDemandShare are the fraction of a node of each pool
+	// one trial takes (capacity.Share); 0 means a whole node. A trial is
+	// billed its share, and a pool holds MaxNodes/share trials at once.
+	SpotShare, OnDemandShare float64
+	Samples                  int // Monte-Carlo samples of the spot pool's availability; 0 means 200
 	Seed       uint64 // of the samples
 	// Start is when the run would start (prices are taken from then).
 	Start time.Time
@@ -81,10 +85,11 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 	odPrice := 0.0
 	if in.OnDemand != nil {
 		odPrice = in.OnDemand.Price(in.Start)
-		p := min(slots, max(in.OnDemand.MaxNodes, 1))
+		share := shareOf(in.OnDemandShare)
+		p := min(slots, holds(in.OnDemand, share))
 		work := in.Work / time.Duration(p)
 		wall := work + in.OnDemand.RestartOverhead
-		cost := float64(p) * odPrice * in.OnDemand.Billing.Billed(wall).Hours()
+		cost := float64(p) * share * odPrice * in.OnDemand.Billing.Billed(wall).Hours()
 		met := 1.0
 		if in.Deadline > 0 && wall > in.Deadline {
 			met = 0
@@ -115,9 +120,13 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 // pool's availability.
 func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, odPrice float64, withOD bool) (PlanEstimate, error) {
 	sp := in.Spot
-	p := min(slots, max(sp.MaxNodes, 1))
+	share := shareOf(in.SpotShare)
+	p := min(slots, holds(sp, share))
 	if withOD {
-		p = slots // on-demand makes up for spot nodes that are missing
+		// On-demand makes up for spot slots that are missing (priced as
+		// spot here: the plan's cost is a lower bound when the spot pool
+		// holds fewer than the lanes).
+		p = slots
 	}
 	work := in.Work / time.Duration(p)
 	deadline := in.Deadline
@@ -169,7 +178,7 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 			unfinished++
 		}
 		walls = append(walls, r.Finish)
-		costs = append(costs, float64(p)*r.Cost)
+		costs = append(costs, float64(p)*share*r.Cost)
 	}
 	pools := []string{sp.Name}
 	name := "spot-only"
@@ -208,4 +217,17 @@ func quantileDur(xs []time.Duration, q float64) time.Duration {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[min(int(q*float64(len(s))), len(s)-1)]
+}
+
+// shareOf reads a trial's share of a node (0: a whole node).
+func shareOf(share float64) float64 {
+	if share <= 0 || share > 1 {
+		return 1
+	}
+	return share
+}
+
+// holds is how many trials of share pool p holds at once.
+func holds(p *capacity.Pool, share float64) int {
+	return max(p.MaxNodes, 1) * max(int(math.Floor(1/share+1e-9)), 1)
 }

@@ -62,3 +62,17 @@ func TestEstimateInfeasibleDeadline(t *testing.T) {
 		t.Fatalf("got %v, want ErrDeadlineInfeasible", err)
 	}
 }
+
+// A trial that takes a quarter of a node is billed a quarter, and a pool of
+// 4 nodes holds 16 of them at once.
+func TestEstimateShare(t *testing.T) {
+	_, od := pools(t, 0.5, time.Hour)
+	got, err := Estimate(EstimateInput{Work: 160 * time.Hour, Slots: 16, OnDemand: od, OnDemandShare: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 16 lanes of 10h (+5m overhead) at $3/h x 0.25.
+	if p := got[0]; p.Wall != 10*time.Hour+5*time.Minute || math.Abs(p.Cost-16*0.25*3*(10+5.0/60)) > 1e-6 {
+		t.Errorf("on-demand plan %+v", p)
+	}
+}
