@@ -32,8 +32,8 @@ type EstimateInput struct {
 	// one trial takes (capacity.Share); 0 means a whole node. A trial is
 	// billed its share, and a pool holds MaxNodes/share trials at once.
 	SpotShare, OnDemandShare float64
-	Samples                  int // Monte-Carlo samples of the spot pool's availability; 0 means 200
-	Seed       uint64 // of the samples
+	Samples                  int    // Monte-Carlo samples of the spot pool's availability; 0 means 200
+	Seed                     uint64 // of the samples
 	// Start is when the run would start (prices are taken from then).
 	Start time.Time
 }
