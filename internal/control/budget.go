@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/search"
 )
 
@@ -131,6 +132,33 @@ func (c *Controller) budgetFits(es *expState, ts *trialState, res virga.Resource
 	}
 	return false, fmt.Sprintf("%sof %s reached: %s spent or committed, and %s would cost %s; stopped, checkpoints kept (submit again with a larger budget to go on)",
 		budgetPrefix, fmtUSD(budget), fmtUSD(spent), what, fmtUSD(next))
+}
+
+// budgetAllowsNew tells whether es's budget leaves room for one more trial
+// on the cheapest of pools (nil: the backend's default pool), so that the
+// searcher is not asked for a trial that could not start; if not, why.
+func (c *Controller) budgetAllowsNew(es *expState, res virga.Resources, pools []backend.PoolStatus, now time.Time, pending float64) (bool, string) {
+	if es.spec.Budget <= 0 || c.cfg.Pricer == nil {
+		return true, ""
+	}
+	names := []string{""}
+	if pools != nil {
+		names = names[:0]
+		for _, p := range pools {
+			names = append(names, p.Name)
+		}
+	}
+	why := ""
+	for _, name := range names {
+		probe := &trialState{t: &virga.Trial{}, exp: es, pool: name}
+		p := pending
+		ok, w := c.budgetFits(es, probe, res, now, &p)
+		if ok {
+			return true, ""
+		}
+		why = w
+	}
+	return false, why
 }
 
 // checkBudgets stops every experiment whose running attempts would take it

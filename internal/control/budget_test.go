@@ -79,10 +79,9 @@ func TestBudgetDoesNotStartWhatDoesNotFit(t *testing.T) {
 	if !strings.Contains(got.Message, "budget of $0.80 reached: $0.50 spent or committed, and its next trial (about 1m40s, the mean run so far) would cost $0.50") {
 		t.Errorf("message %q", got.Message)
 	}
-	for _, tr := range h.trials(e.ID) {
-		if tr.ID != s.TrialID && tr.State != virga.TrialStopped {
-			t.Errorf("trial %d: %s, want STOPPED", tr.ID, tr.State)
-		}
+	// The searcher is not asked for a trial that could not start.
+	if trials := h.trials(e.ID); len(trials) != 1 {
+		t.Errorf("%d trials, want only the one that ran: %+v", len(trials), trials)
 	}
 }
 

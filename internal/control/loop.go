@@ -638,6 +638,12 @@ func (c *Controller) schedule(it *iteration) {
 				}
 			}
 			if next == nil {
+				if ok, why := c.budgetAllowsNew(es, res, pools, now, pending); !ok {
+					if running == 0 {
+						c.stopForBudget(it, es, why, now)
+					}
+					break
+				}
 				next = c.propose(it, es, running)
 				if next == nil {
 					break

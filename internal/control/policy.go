@@ -376,6 +376,13 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 		}
 	}
 	for live < es.spec.MaxConcurrent {
+		if ok, why := c.budgetAllowsNew(es, res, pools, now, 0); !ok {
+			if live == 0 {
+				c.stopForBudget(it, es, why, now)
+				return true
+			}
+			break
+		}
 		if c.propose(it, es, running(es)) == nil {
 			break
 		}
