@@ -387,3 +387,24 @@ func TestPolicySaysWhenTheDeadlineCannotBeMet(t *testing.T) {
 		t.Errorf("late events %q", msgs)
 	}
 }
+
+// TestPolicyKnowsStepTimesAfterRestart: the step time learnt from a trial
+// that ended is learnt again after a restart, so the policy (not first fit)
+// goes on deciding: the waiting trial keeps waiting for spot capacity.
+func TestPolicyKnowsStepTimesAfterRestart(t *testing.T) {
+	be := onePerPool(false)
+	h, clk := policyHarness(t, be)
+	e := h.submit(policyYAML(3, "deadline: 10h"))
+	h.complete(be, clk, h.nextStart())
+	h.eventually("a second trial", func() bool { return len(h.trials(e.ID)) == 2 })
+	h.crash()
+
+	be2 := onePerPool(false)
+	h.startPolicy(be2)
+	for range 3 {
+		clk.Advance(30 * time.Second)
+		if s := h.waitStart(50 * time.Millisecond); s != nil {
+			t.Fatalf("after a restart, trial %d started on pool %s while spot capacity is down and the deadline is far; want it to wait", s.TrialID, s.Pool)
+		}
+	}
+}

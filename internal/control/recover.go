@@ -193,7 +193,16 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 			ts := &trialState{t: t, exp: es}
 			es.trials = append(es.trials, ts)
 			if t.State.Terminal() {
-				continue // the searcher was told it ended
+				// The searcher was told it ended; the experiment policy
+				// still learns the step time from it.
+				if c.cfg.Policy != nil && !es.spec.Deadline.IsZero() {
+					ms, err := c.cfg.Store.Metrics(ctx, store.MetricFilter{TrialID: t.ID, AfterStep: -1})
+					if err != nil {
+						return nil, fmtErr("listing metrics", err)
+					}
+					ts.speed.recover(es, ms, nil)
+				}
+				continue
 			}
 			es.searcher.Created(t.Request, t.ID)
 			c.trials[t.ID] = ts
