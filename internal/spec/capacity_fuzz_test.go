@@ -1,11 +1,6 @@
 package spec
 
 import (
-	"bytes"
-	"errors"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -14,32 +9,11 @@ import (
 // the invariants the runtime pools rely on. The seed corpus is every file
 // under testdata/capacity and examples/capacity.
 func FuzzParseCapacity(f *testing.F) {
-	for _, pattern := range []string{"testdata/capacity/good/*.yaml", "testdata/capacity/bad/*.yaml", "../../examples/capacity/*.yaml"} {
-		files, err := filepath.Glob(pattern)
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, file := range files {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				f.Fatal(err)
-			}
-			f.Add(data)
-		}
-	}
+	seedFiles(f, "testdata/capacity/good/*.yaml", "testdata/capacity/bad/*.yaml", "../../examples/capacity/*.yaml")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseCapacity("fuzz.yaml", data)
 		if err != nil {
-			var perr *Error
-			if !errors.As(err, &perr) || len(perr.Problems) == 0 {
-				t.Fatalf("error %T %q is not an *Error with problems", err, err)
-			}
-			for _, p := range perr.Problems {
-				badVerb := strings.Contains(p.Msg, "%!") && !bytes.Contains(data, []byte("%!"))
-				if p.File != "fuzz.yaml" || p.Msg == "" || badVerb {
-					t.Fatalf("malformed problem %+v", p)
-				}
-			}
+			checkProblems(t, err, data)
 			return
 		}
 		if len(c.Pools) == 0 || c.File != "fuzz.yaml" {
