@@ -19,7 +19,22 @@ type StartSpec struct {
 	Argv         []string          // the command, placeholders already filled
 	Env          map[string]string // added to the backend's own environment
 	Workdir      string            // absolute
-	Resources    virga.Resources
+	// Resources is what the whole attempt needs: per node times Nodes.
+	Resources virga.Resources
+	// Nodes is the size of the attempt's gang (at least 1): a backend starts
+	// all of its nodes or none, and ends the whole attempt when one is lost.
+	// ProcessesPerNode trial processes run on each node (at least 1).
+	Nodes            int
+	ProcessesPerNode int
+	// Checkpoint is the checkpoint to restore before the trial starts (empty:
+	// none). A local backend finds it restored already; a Remote one has the
+	// agent on the node fetch it from the server.
+	Checkpoint string
+	// Timeout is the attempt's time limit (0: none) and StopGrace the time
+	// between SIGTERM and SIGKILL when it is stopped; a batch system is told
+	// both so that it warns the trial before it kills it.
+	Timeout   time.Duration
+	StopGrace time.Duration
 	// Dir is the attempt's own absolute directory, created by the caller: the
 	// backend keeps its logs ("output.log") and bookkeeping files there.
 	Dir string
@@ -81,6 +96,29 @@ type Backend interface {
 	// Close stops watching attempts. It does not stop them: processes go on and
 	// can be adopted by the next server.
 	Close() error
+}
+
+// PerNode returns what one node of the attempt's gang needs.
+func (s *StartSpec) PerNode() virga.Resources {
+	n := max(s.Nodes, 1)
+	return virga.Resources{CPU: s.Resources.CPU / float64(n), MemoryMB: s.Resources.MemoryMB / int64(n), GPU: s.Resources.GPU / n}
+}
+
+// Remote is a backend whose attempts run on other machines, through `virga
+// agent` (package agent): the server cannot read their checkpoint
+// directories, so the control loop leaves restoring a checkpoint to the
+// agent (StartSpec.Checkpoint), which fetches it from the server, and
+// records the checkpoints the agent uploads with the trial's reports.
+type Remote interface {
+	Backend
+	// Remote reports whether attempts run away from the server's files.
+	Remote() bool
+}
+
+// IsRemote reports whether b runs its attempts through the agent.
+func IsRemote(b Backend) bool {
+	r, ok := b.(Remote)
+	return ok && r.Remote()
 }
 
 // Adopter is a backend that can take over attempts started by an earlier

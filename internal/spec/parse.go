@@ -49,7 +49,7 @@ var (
 	topFields        = []string{"name", "description", "entrypoint", "hyperparameters", "searcher", "objective", "max_trials", "max_concurrent", "max_restarts", "timeout", "stop_grace", "resources", "checkpoints", "seed", "deadline", "budget"}
 	entrypointFields = []string{"command", "workdir", "env"}
 	objectiveFields  = []string{"metric", "direction"}
-	resourceFields   = []string{"cpu", "memory", "gpu"}
+	resourceFields   = []string{"cpu", "memory", "gpu", "nodes", "processes_per_node"}
 	checkpointFields = []string{"keep_last"}
 	hpFields         = []string{"type", "min", "max", "log", "count", "values", "value", "default"}
 	hpTypeFields     = map[HPType][]string{
@@ -261,7 +261,7 @@ func (p *parser) experiment(root *yaml.Node) *Experiment {
 		MaxConcurrent:   DefaultMaxConcurrent,
 		MaxRestarts:     DefaultMaxRestarts,
 		StopGrace:       DefaultStopGrace,
-		Resources:       Resources{CPU: DefaultCPU},
+		Resources:       Resources{CPU: DefaultCPU, Nodes: 1, ProcessesPerNode: 1},
 		Checkpoints:     Checkpoints{KeepLast: DefaultKeepLast},
 	}
 
@@ -632,6 +632,20 @@ func (p *parser) resources(n *yaml.Node, r *Resources) {
 	if g := f.get("gpu"); g != nil {
 		if v, ok := p.intAtLeast(g, "resources.gpu", 0); ok {
 			r.GPU = v
+		}
+	}
+	for _, k := range []struct {
+		name string
+		dst  *int
+	}{{"nodes", &r.Nodes}, {"processes_per_node", &r.ProcessesPerNode}} {
+		if g := f.get(k.name); g != nil {
+			if v, ok := p.intAtLeast(g, "resources."+k.name, 1); ok {
+				if v > MaxNodes {
+					p.at(g, "resources."+k.name, "must be at most %d (got %d)", MaxNodes, v)
+				} else {
+					*k.dst = v
+				}
+			}
 		}
 	}
 }

@@ -162,11 +162,29 @@ func (o Objective) Better(a, b float64) bool {
 	return a < b
 }
 
-// Resources is what one trial needs.
+// Resources is what one trial needs: CPU, memory and GPUs on each of its
+// nodes. A trial of more than one node is a gang: all of its nodes start
+// together or none does, and losing one ends the whole attempt.
 type Resources struct {
-	CPU      float64 `json:"cpu"`       // cores; default 1
-	MemoryMB int64   `json:"memory_mb"` // default 0 (unaccounted)
-	GPU      int     `json:"gpu"`
+	CPU      float64 `json:"cpu"`       // cores per node; default 1
+	MemoryMB int64   `json:"memory_mb"` // per node; default 0 (unaccounted)
+	GPU      int     `json:"gpu"`       // per node
+	// Nodes is the number of nodes of a gang; default 1.
+	Nodes int `json:"nodes"`
+	// ProcessesPerNode is the number of trial processes on each node (for
+	// example one per GPU); default 1. Each gets PyTorch's rendezvous
+	// variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+	ProcessesPerNode int `json:"processes_per_node"`
+}
+
+// MaxNodes bounds resources.nodes and resources.processes_per_node.
+const MaxNodes = 1024
+
+// Total is what the whole gang needs: each node's resources times the
+// number of nodes.
+func (r Resources) Total() (cpu float64, memoryMB int64, gpu int) {
+	n := max(r.Nodes, 1)
+	return r.CPU * float64(n), r.MemoryMB * int64(n), r.GPU * n
 }
 
 // Checkpoints sets checkpoint retention.
