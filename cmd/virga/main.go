@@ -23,6 +23,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/virga-ml/virga/internal/agent"
 	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/backend/local"
@@ -64,6 +65,9 @@ type globals struct {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "shim" {
 		os.Exit(local.ShimMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "gang" {
+		os.Exit(agent.GangMain(os.Args[2:]))
 	}
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
@@ -122,7 +126,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(
 		newRunCmd(g), newServerCmd(g), newValidateCmd(g), newLsCmd(g), newShowCmd(g), newTrialsCmd(g),
 		newLogsCmd(g), newControlCmd(g, "stop"), newControlCmd(g, "pause"), newControlCmd(g, "resume"), newBestCmd(g), newSimCmd(g),
-		newEstimateCmd(g),
+		newEstimateCmd(g), newAgentCmd(g),
 	)
 	return root
 }

@@ -14,6 +14,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,6 +90,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/trials/{id}/logs", s.logs)
 	m.HandleFunc("POST /api/v1/attempts/{id}/report", s.report)
 	m.HandleFunc("POST /api/v1/attempts/{id}/complete", s.complete)
+	m.HandleFunc("POST /api/v1/attempts/{id}/checkpoints", s.uploadCheckpoint)
+	m.HandleFunc("GET /api/v1/attempts/{id}/checkpoints/{checkpoint}", s.downloadCheckpoint)
 }
 
 // ServeHTTP authenticates the request, refuses what a web page could send
@@ -186,7 +189,8 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 
 // authenticate checks the request's token, if it has one. An admin token is
 // accepted anywhere; a valid trial token only for POST to attempts (the
-// control loop then lets it act only for its own trial). presented says
+// control loop then lets it act only for its own trial), and for GET of a
+// remote attempt's checkpoint. presented says
 // whether a token was sent at all.
 func (s *Server) authenticate(r *http.Request) (_ *http.Request, ok, presented bool) {
 	h := r.Header.Get("Authorization")
@@ -198,7 +202,9 @@ func (s *Server) authenticate(r *http.Request) (_ *http.Request, ok, presented b
 		return r, false, true
 	}
 	if strings.HasPrefix(tok, "vt") {
-		if s.ctl == nil || r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/api/v1/attempts/") {
+		forAttempt := strings.HasPrefix(r.URL.Path, "/api/v1/attempts/") &&
+			(r.Method == http.MethodPost || r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/checkpoints/"))
+		if s.ctl == nil || !forAttempt {
 			return r, false, true
 		}
 		trialID, ok := s.ctl.TrialOfToken(tok)
@@ -246,7 +252,9 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &se):
 		return http.StatusBadRequest
-	case errors.Is(err, checkpoint.ErrUnsupported):
+	case errors.Is(err, control.ErrCheckpointNotUploaded), errors.Is(err, control.ErrNotRemote):
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, checkpoint.ErrUnsupported), errors.Is(err, checkpoint.ErrBadArchive):
 		// The trial put something in its checkpoint directory that a
 		// checkpoint cannot hold: its doing, so not a 5xx to retry.
 		return http.StatusUnprocessableEntity
@@ -683,6 +691,72 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ReportReply{Decision: d.String()})
+}
+
+// uploadCheckpoint takes a remote attempt's checkpoint directory as a tar
+// archive and stores it; the agent then names it in a report.
+func (s *Server) uploadCheckpoint(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if !s.mayActFor(w, r, id) {
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-tar" {
+		writeError(w, http.StatusUnsupportedMediaType, fmt.Errorf("a checkpoint is uploaded as 'Content-Type: application/x-tar' (got %q)", r.Header.Get("Content-Type")))
+		return
+	}
+	info, err := s.ctl.UploadCheckpoint(r.Context(), id, r.Body)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, CheckpointInfo{ID: info.ID, Size: info.Size, Files: info.Files})
+}
+
+// CheckpointInfo describes an uploaded checkpoint (an empty ID: the
+// directory was empty).
+type CheckpointInfo struct {
+	ID    string `json:"id"`
+	Size  int64  `json:"size"`
+	Files int    `json:"files"`
+}
+
+// downloadCheckpoint sends a remote attempt the checkpoint it resumes from.
+func (s *Server) downloadCheckpoint(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if !s.mayActFor(w, r, id) {
+		return
+	}
+	// Written to a buffer file first so that a failure is an error status,
+	// not a cut-off archive.
+	f, err := os.CreateTemp("", "virga-checkpoint-*.tar")
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if err := s.ctl.CheckpointArchive(r.Context(), id, r.PathValue("checkpoint"), f); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	size, err := f.Seek(0, io.SeekCurrent)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, f)
 }
 
 // mayActFor refuses (403) a trial token used on another trial's live attempt,

@@ -31,6 +31,8 @@ var apiRoutes = []route{
 	{"get", "/api/v1/trials/{id}/checkpoints", "A trial's retained checkpoints", "", "CheckpointList", ""},
 	{"get", "/api/v1/trials/{id}/logs", "A trial's output, all attempts (query: follow=true streams until it ends)", "", "", "text/plain"},
 	{"post", "/api/v1/attempts/{id}/report", "Report metrics of an attempt; the reply says continue or stop; 409 if superseded; 422 if the checkpoint directory holds what a checkpoint cannot", "Report", "ReportReply", ""},
+	{"post", "/api/v1/attempts/{id}/checkpoints", "Upload a remote attempt's checkpoint directory (body: application/x-tar); a later report names it by the returned id", "tar", "CheckpointInfo", ""},
+	{"get", "/api/v1/attempts/{id}/checkpoints/{checkpoint}", "Download the checkpoint a remote attempt resumes from, as application/x-tar", "", "", "application/x-tar"},
 	{"post", "/api/v1/attempts/{id}/complete", "Tell: end an API-driven attempt (ok: completed, else failed)", "CompleteRequest", "Trial", ""},
 }
 
@@ -103,7 +105,8 @@ func schemas() map[string]any {
 		"EventList":       list("Event"),
 		"BestView":        obj(map[string]any{"objective": tObject, "trial": ref("Trial"), "metrics": ref("Metric"), "checkpoint": ref("Checkpoint")}),
 		"Asked":           obj(map[string]any{"trial": ref("Trial"), "attempt_id": tInt, "token": tStr}),
-		"Report":          obj(map[string]any{"step": tInt, "metrics": map[string]any{"type": "object", "additionalProperties": tNum}}, "step", "metrics"),
+		"Report":          obj(map[string]any{"step": tInt, "metrics": map[string]any{"type": "object", "additionalProperties": tNum}, "checkpoint": tStr}, "step", "metrics"),
+		"CheckpointInfo":  obj(map[string]any{"id": tStr, "size": tInt, "files": tInt}),
 		"ReportReply":     obj(map[string]any{"decision": map[string]any{"type": "string", "enum": []string{"continue", "stop"}}}),
 		"CompleteRequest": obj(map[string]any{"ok": tBool}),
 	}
@@ -128,13 +131,18 @@ func OpenAPI(version string) map[string]any {
 		}
 		resp[code] = ok
 		resp["default"] = map[string]any{"description": "error", "content": map[string]any{"application/json": map[string]any{"schema": ref("Error")}}}
-		if r.body != "" {
+		if r.body == "tar" {
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/x-tar": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}}
+		} else if r.body != "" {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": ref(r.body)}}}
 		}
 		var params []any
-		for _, name := range []string{"id", "op"} {
+		for _, name := range []string{"id", "op", "checkpoint"} {
 			if strings.Contains(r.path, "{"+name+"}") {
 				sch := tInt
+				if name == "checkpoint" {
+					sch = tStr
+				}
 				if name == "op" {
 					sch = map[string]any{"type": "string", "enum": []string{"stop", "pause", "resume"}}
 				}

@@ -44,6 +44,10 @@ var (
 	// recorded (its content equalled one being dropped); the report is not
 	// acknowledged and should be retried, which saves it again.
 	ErrCheckpointGone = errors.New("the checkpoint was removed while being recorded; retry the report")
+	// ErrCheckpointNotUploaded means a remote attempt's report named a
+	// checkpoint it had not uploaded (or whose upload a restart of the
+	// server forgot): upload it again, then report.
+	ErrCheckpointNotUploaded = errors.New("checkpoint not uploaded")
 	// ErrForbidden means a trial's credentials were used for another trial.
 	ErrForbidden = errors.New("this token may act only for its own trial")
 )
@@ -136,12 +140,15 @@ type Config struct {
 
 // Controller runs the control loop. Create it with New and run it with Run.
 type Controller struct {
-	cfg   Config
-	log   *slog.Logger
-	now   func() time.Time
-	inbox chan input
-	done  chan struct{} // closed when Run returns
-	ready chan struct{} // closed when recovery is done and requests are served
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
+	// remote: the backend runs attempts through the agent on other
+	// machines; checkpoints travel over the API (backend.Remote).
+	remote bool
+	inbox  chan input
+	done   chan struct{} // closed when Run returns
+	ready  chan struct{} // closed when recovery is done and requests are served
 
 	// live maps attempt IDs to what report handlers need; written by the loop only.
 	liveMu sync.RWMutex
@@ -239,6 +246,11 @@ type liveAttempt struct {
 	mu     sync.Mutex // serialises this attempt's reports and its checkpoint restore
 	lastFP string
 	lastID string
+	// uploaded holds the checkpoints the agent of a remote attempt uploaded
+	// and has not yet named in a report (under mu).
+	uploaded map[string]checkpoint.Info
+	// restore is the checkpoint the attempt started from ("" for none).
+	restore string
 }
 
 // New makes a Controller; call Run to start it.
@@ -274,6 +286,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg:         cfg,
 		log:         cfg.Logger,
 		now:         cfg.Now,
+		remote:      backend.IsRemote(cfg.Backend),
 		inbox:       make(chan input, 8192),
 		done:        make(chan struct{}),
 		ready:       make(chan struct{}),

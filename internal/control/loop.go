@@ -592,8 +592,11 @@ func fmtResources(r virga.Resources) string {
 	return fmt.Sprintf("cpu %g, memory %d MiB, gpu %d", r.CPU, r.MemoryMB, r.GPU)
 }
 
+// resources is what a trial of s holds while it runs: per node times its
+// nodes (a gang holds all of its nodes at once).
 func resources(s *spec.Experiment) virga.Resources {
-	return virga.Resources{CPU: s.Resources.CPU, MemoryMB: s.Resources.MemoryMB, GPU: s.Resources.GPU}
+	cpu, mem, gpu := s.Resources.Total()
+	return virga.Resources{CPU: cpu, MemoryMB: mem, GPU: gpu}
 }
 
 // schedule fills free concurrency slots: queued trials first (restarts and
@@ -778,7 +781,9 @@ func (l *launch) fill(c *Controller) {
 	if a.Backend == apiBackend {
 		return
 	}
-	l.la.ckptDir = c.TrialDir(t.ID)
+	if !c.remote {
+		l.la.ckptDir = c.TrialDir(t.ID)
+	}
 	a.Dir = c.AttemptDir(a.ID) // recorded with the attempt's next change (it started)
 	l.spec = c.startSpec(l.ts, a)
 }
@@ -836,7 +841,9 @@ func (c *Controller) startSpec(ts *trialState, a *virga.Attempt) *backend.StartS
 	env["VIRGA_EXPERIMENT_ID"] = strconv.FormatInt(es.exp.ID, 10)
 	env["VIRGA_TRIAL_ID"] = strconv.FormatInt(t.ID, 10)
 	env["VIRGA_HPARAMS"] = string(hp)
-	env["VIRGA_CHECKPOINT_DIR"] = c.TrialDir(t.ID)
+	if !c.remote {
+		env["VIRGA_CHECKPOINT_DIR"] = c.TrialDir(t.ID)
+	}
 	env["VIRGA_TOKEN"] = token
 	env["VIRGA_ATTEMPT_ID"] = strconv.FormatInt(a.ID, 10)
 	env["VIRGA_REPORT_URL"] = c.reportURL(a.ID)
@@ -846,7 +853,9 @@ func (c *Controller) startSpec(ts *trialState, a *virga.Attempt) *backend.StartS
 	}
 	return &backend.StartSpec{AttemptID: a.ID, TrialID: t.ID, ExperimentID: es.exp.ID, Argv: argv, Env: env,
 		Workdir: es.spec.Entrypoint.Workdir, Resources: resources(es.spec), Dir: a.Dir,
-		ReportURL: env["VIRGA_REPORT_URL"], Token: token, Pool: a.Pool}
+		ReportURL: env["VIRGA_REPORT_URL"], Token: token, Pool: a.Pool,
+		Nodes: max(es.spec.Resources.Nodes, 1), ProcessesPerNode: max(es.spec.Resources.ProcessesPerNode, 1),
+		Checkpoint: a.Restored, Timeout: es.spec.Timeout.D(), StopGrace: es.spec.StopGrace.D()}
 }
 
 // launch prepares the attempt's directories (restoring the checkpoint) and
@@ -857,6 +866,11 @@ func (c *Controller) launch(ctx context.Context, l launch) {
 		defer l.la.mu.Unlock()
 		if err := os.MkdirAll(l.spec.Dir, 0o755); err != nil {
 			return fmtErr("creating attempt directory", err)
+		}
+		if c.remote {
+			// The agent on the node fetches the checkpoint to restore.
+			l.la.lastID, l.la.restore = l.restore, l.restore
+			return nil
 		}
 		if l.restore != "" {
 			if err := c.cfg.Checkpoints.Restore(l.restore, l.la.ckptDir); err != nil {

@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -159,6 +161,10 @@ func storeRef(ck virga.Checkpoint) store.CheckpointRef {
 // the last server stopped, which the backend adopts (or reports lost).
 func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 	it := newIteration()
+	// Checkpoint transfers cut short by a crash: nothing refers to them.
+	if err := os.RemoveAll(filepath.Join(c.cfg.DataDir, "transfers")); err != nil {
+		return nil, fmtErr("removing unfinished checkpoint transfers", err)
+	}
 	exps, err := c.cfg.Store.Experiments(ctx, store.ExperimentFilter{States: []virga.ExperimentState{
 		virga.ExperimentActive, virga.ExperimentPaused, virga.ExperimentStopping}})
 	if err != nil {
@@ -247,8 +253,8 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		ts.started = a.CreatedAt
 		c.attempts[a.ID] = ts
 		la := &liveAttempt{attemptID: a.ID, trialID: a.TrialID, experimentID: ts.exp.exp.ID,
-			ckptDir: c.TrialDir(a.TrialID), lastID: ts.t.Checkpoint}
-		if a.Backend == apiBackend {
+			ckptDir: c.TrialDir(a.TrialID), lastID: ts.t.Checkpoint, restore: a.Restored}
+		if a.Backend == apiBackend || c.remote {
 			la.ckptDir = ""
 		}
 		c.setLive(la)

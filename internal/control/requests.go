@@ -95,6 +95,10 @@ func (c *Controller) handleSubmit(it *iteration, r *submitReq) {
 type Report struct {
 	Step    int64              `json:"step"`
 	Metrics map[string]float64 `json:"metrics"`
+	// Checkpoint names a checkpoint this attempt uploaded (UploadCheckpoint)
+	// that holds the state up to Step: sent by the agent of a remote
+	// attempt, whose directory the server cannot read.
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 // Validate checks a report's content.
@@ -149,7 +153,15 @@ func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (s
 	defer la.mu.Unlock()
 	r := &reportReq{attemptID: attemptID, rep: rep, time: c.now(), reply: make(chan result[search.Decision], 1)}
 	var newFP string
-	if la.ckptDir != "" {
+	if rep.Checkpoint != "" {
+		if rep.Checkpoint != la.lastID {
+			info, ok := la.uploaded[rep.Checkpoint]
+			if !ok {
+				return search.Continue, fmt.Errorf("%w: %s was not uploaded by attempt %d; upload it first", ErrCheckpointNotUploaded, rep.Checkpoint, attemptID)
+			}
+			r.ckpt = &info
+		}
+	} else if la.ckptDir != "" {
 		fp, err := checkpoint.Fingerprint(la.ckptDir)
 		if err != nil {
 			return search.Continue, fmtErr("reading checkpoint directory", err)
@@ -168,9 +180,10 @@ func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (s
 	d, err := call(ctx, c, r, r.reply)
 	if err == nil && newFP != "" {
 		la.lastFP = newFP
-		if r.ckpt != nil {
-			la.lastID = r.ckpt.ID
-		}
+	}
+	if err == nil && r.ckpt != nil {
+		la.lastID = r.ckpt.ID
+		delete(la.uploaded, r.ckpt.ID)
 	}
 	return d, err
 }

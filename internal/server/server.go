@@ -24,6 +24,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/backend/local"
 	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/checkpoint"
@@ -61,8 +62,12 @@ type Config struct {
 	// trials of experiments with a deadline are then placed and moved by
 	// Virga's experiment policy (schedule.ExpPlanned), as in virga sim.
 	CapacityFile string
-	Version      string
-	Logger       *slog.Logger
+	// Backend, if set, runs the trials instead of the backend the capacity
+	// file's pools name (for embedding Virga, and for tests). The server
+	// closes it.
+	Backend backend.Backend
+	Version string
+	Logger  *slog.Logger
 }
 
 // Server is a running Virga server.
@@ -74,7 +79,7 @@ type Server struct {
 	cfg     Config
 	ctl     *control.Controller
 	st      store.Store
-	be      *local.Backend
+	be      backend.Backend
 	httpSrv *http.Server
 	lock    *os.File
 	cancel  context.CancelFunc
@@ -186,8 +191,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// virga sim.
 		policy, poolInfo = &schedule.ExpPlanned{}, PoolInfo(set)
 	}
-	if s.be, err = local.New(local.Config{Capacity: cfg.Capacity, ShimCommand: cfg.ShimCommand, WarmShims: warm, Pools: pools}); err != nil {
-		return nil, err
+	if s.be = cfg.Backend; s.be == nil {
+		if s.be, err = local.New(local.Config{Capacity: cfg.Capacity, ShimCommand: cfg.ShimCommand, WarmShims: warm, Pools: pools}); err != nil {
+			return nil, err
+		}
 	}
 	// 3. Listen (the report URL must be known before trials start).
 	var ln net.Listener

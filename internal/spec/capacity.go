@@ -20,6 +20,9 @@ package spec
 //	                                #   {increment: 1s, minimum: 60s}; default per-second
 //	    warning: 120s               # spot pools: notice before a reclaim; default 120s
 //	    restart_overhead: 3m        # getting a node and starting a trial on it; default 0s
+//	    slurm: {partition: spot, qos: low, account: ml}   # backend slurm; partition defaults to the name
+//	    kubernetes: {node_selector: {pool: gpu}, tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}],
+//	                 provider: karpenter | gke | eks}      # backend kubernetes; provider: its spot labels
 //
 // Trace paths are kept as written; they are relative to the capacity file's
 // directory, and internal/capacity reads them.
@@ -137,8 +140,38 @@ type Pool struct {
 	Warning Duration `json:"warning"`
 	// RestartOverhead is the time to get a node and start a trial on it.
 	RestartOverhead Duration `json:"restart_overhead"`
+	// Slurm is where a pool of backend slurm submits (nil otherwise).
+	Slurm *SlurmPool `json:"slurm,omitempty"`
+	// Kubernetes is where a pool of backend kubernetes places pods (nil
+	// otherwise).
+	Kubernetes *KubernetesPool `json:"kubernetes,omitempty"`
 	// Pos is where the pool's entry starts in the file.
 	Pos Pos `json:"-"`
+}
+
+// SlurmPool is the Slurm partition (and optionally QoS and account) a pool's
+// attempts are submitted to.
+type SlurmPool struct {
+	Partition string `json:"partition"` // default: the pool's name
+	QoS       string `json:"qos,omitempty"`
+	Account   string `json:"account,omitempty"`
+}
+
+// KubernetesPool is how a pool's pods are put on its nodes.
+type KubernetesPool struct {
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	Tolerations  []Toleration      `json:"tolerations,omitempty"`
+	// Provider names the cloud whose spot-node labels a spot pool selects
+	// (karpenter, gke, eks); empty: the node selector says it all.
+	Provider string `json:"provider,omitempty"`
+}
+
+// Toleration is a Kubernetes toleration of a node taint.
+type Toleration struct {
+	Key      string `json:"key,omitempty"`
+	Operator string `json:"operator,omitempty"` // Equal (default) or Exists
+	Value    string `json:"value,omitempty"`
+	Effect   string `json:"effect,omitempty"` // NoSchedule, PreferNoSchedule, NoExecute; empty: all
 }
 
 // Path returns the field path of one of the pool's fields as messages show
@@ -215,7 +248,13 @@ var (
 // documentation lists them.
 var (
 	capacityFields   = []string{"pools"}
-	poolFields       = []string{"name", "backend", "node", "nodes", "market", "price", "on_demand_price", "preemption", "billing", "warning", "restart_overhead"}
+	poolFields       = []string{"name", "backend", "node", "nodes", "market", "price", "on_demand_price", "preemption", "billing", "warning", "restart_overhead", "slurm", "kubernetes"}
+	slurmFields      = []string{"partition", "qos", "account"}
+	kubeFields       = []string{"node_selector", "tolerations", "provider"}
+	tolerationFields = []string{"key", "operator", "value", "effect"}
+	kubeProviders    = []string{"karpenter", "gke", "eks"}
+	tolerationOps    = []string{"Equal", "Exists"}
+	taintEffects     = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
 	nodeFields       = []string{"cpu", "memory", "gpu", "gpu_type"}
 	nodeCountFields  = []string{"min", "max"}
 	priceTraceFields = []string{"trace", "format", "instance_type", "zone", "product"}
@@ -429,7 +468,97 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 	if nn := f.get("restart_overhead"); nn != nil {
 		pool.RestartOverhead, _ = p.durationFrom0(nn, at("restart_overhead"))
 	}
+	if pool.Backend == BackendSlurm {
+		pool.Slurm = &SlurmPool{Partition: name}
+	}
+	if nn := f.get("slurm"); nn != nil {
+		if pool.Backend != BackendSlurm {
+			p.at(nn, at("slurm"), "only for pools of backend slurm (this one's is %s); remove it or set backend: slurm", pool.Backend)
+		} else {
+			p.slurmPool(nn, at("slurm"), pool.Slurm)
+		}
+	}
+	if pool.Backend == BackendKubernetes {
+		pool.Kubernetes = &KubernetesPool{}
+	}
+	if nn := f.get("kubernetes"); nn != nil {
+		if pool.Backend != BackendKubernetes {
+			p.at(nn, at("kubernetes"), "only for pools of backend kubernetes (this one's is %s); remove it or set backend: kubernetes", pool.Backend)
+		} else {
+			p.kubePool(nn, at("kubernetes"), pool.Kubernetes)
+		}
+	}
 	return pool
+}
+
+// slurmPool reads {partition, qos, account}.
+func (p *parser) slurmPool(n *yaml.Node, path string, sp *SlurmPool) {
+	f, ok := p.mapping(n, path, "a mapping like {partition: spot, qos: low, account: ml}", slurmFields)
+	if !ok {
+		return
+	}
+	for _, k := range []struct {
+		name string
+		dst  *string
+	}{{"partition", &sp.Partition}, {"qos", &sp.QoS}, {"account", &sp.Account}} {
+		if nn := f.get(k.name); nn != nil {
+			if v, ok := p.str(nn, join(path, k.name)); ok {
+				if strings.ContainsAny(v, " \t\n,;'\"$`") {
+					p.at(nn, join(path, k.name), "%q is not a Slurm name; no spaces, quotes or separators", clip(v))
+				} else {
+					*k.dst = v
+				}
+			}
+		}
+	}
+}
+
+// kubePool reads {node_selector, tolerations, provider}.
+func (p *parser) kubePool(n *yaml.Node, path string, kp *KubernetesPool) {
+	f, ok := p.mapping(n, path, "a mapping like {node_selector: {pool: gpu}, tolerations: [...], provider: karpenter}", kubeFields)
+	if !ok {
+		return
+	}
+	if nn := f.get("node_selector"); nn != nil {
+		if sel, ok := p.mapping(nn, join(path, "node_selector"), "a mapping of node labels to values, like {pool: gpu}", nil); ok {
+			kp.NodeSelector = map[string]string{}
+			for _, fl := range sel.list {
+				if v, ok := p.str(fl.val, join(path, "node_selector."+fl.name)); ok {
+					kp.NodeSelector[fl.name] = v
+				}
+			}
+		}
+	}
+	if nn := f.get("tolerations"); nn != nil {
+		if nn.Kind != yaml.SequenceNode {
+			p.at(nn, join(path, "tolerations"), "expected a list like [{key: gpu, operator: Exists, effect: NoSchedule}], got %s", describe(nn))
+		} else {
+			for i, tn := range nn.Content {
+				tp := join(path, "tolerations["+strconv.Itoa(i)+"]")
+				tf, ok := p.mapping(tn, tp, "a toleration like {key: gpu, operator: Exists, effect: NoSchedule}", tolerationFields)
+				if !ok {
+					continue
+				}
+				var t Toleration
+				if v := tf.get("key"); v != nil {
+					t.Key, _ = p.str(v, join(tp, "key"))
+				}
+				if v := tf.get("operator"); v != nil {
+					t.Operator, _ = p.choice(v, join(tp, "operator"), "operator", tolerationOps)
+				}
+				if v := tf.get("value"); v != nil {
+					t.Value, _ = p.str(v, join(tp, "value"))
+				}
+				if v := tf.get("effect"); v != nil {
+					t.Effect, _ = p.choice(v, join(tp, "effect"), "effect", taintEffects)
+				}
+				kp.Tolerations = append(kp.Tolerations, t)
+			}
+		}
+	}
+	if nn := f.get("provider"); nn != nil {
+		kp.Provider, _ = p.choice(nn, join(path, "provider"), "provider", kubeProviders)
+	}
 }
 
 // choice reads one of choices, with a did-you-mean for a misspelling.

@@ -65,11 +65,14 @@ func TestGoodCapacityFiles(t *testing.T) {
 					p.Node = NodeShape{CPU: 12, MemoryMB: 85 * gib, GPU: 1, GPUType: "A100"}
 					p.Price = Price{Trace: &PriceTrace{Path: "gcp.csv", Format: PriceGCP, InstanceType: "a2-highgpu-1g", Zone: "us-central1"}}
 					p.Preemption = Preemption{Kind: PreemptBid, Bid: 1.3}
+					p.Kubernetes = &KubernetesPool{NodeSelector: map[string]string{"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
+						Tolerations: []Toleration{{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"}}, Provider: "gke"}
 				}),
 				with(spot(od("cpu-spot", 0.5)), func(p *Pool) {
 					p.Backend = BackendSlurm
 					p.Preemption = Preemption{Kind: PreemptRate, RatePerHour: 2.0 / 24, Outage: Duration(10 * time.Minute)}
 					p.Warning = 0
+					p.Slurm = &SlurmPool{Partition: "spot", QoS: "low", Account: "ml"}
 				}),
 				with(spot(od("never", 2)), func(p *Pool) {
 					p.Price = Price{USDPerHour: 0.1}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/agent"
 	"github.com/virga-ml/virga/internal/backend"
 )
 
@@ -39,6 +41,11 @@ type Config struct {
 	// ShimCommand runs the shim; the shim's flags and the trial's argv are
 	// appended. Default: [os.Executable(), "shim"].
 	ShimCommand []string
+	// GangCommand launches a trial of several processes (StartSpec.Nodes x
+	// ProcessesPerNode, all on this machine) with PyTorch's rendezvous
+	// variables; `PROCESSES MASTER_PORT GRACE_SECONDS -- ARGV...` is
+	// appended. Default: [os.Executable(), "gang"] (agent.GangMain).
+	GangCommand []string
 	// Now is the clock for event times and for the pools' availability; nil
 	// means time.Now. The emulation waits for the times it gives with real
 	// timers, so it must advance at the pace of the wall clock.
@@ -68,6 +75,7 @@ type Backend struct {
 	pools    []*capPool      // fixed after New; their state is guarded by mu
 	named    bool            // pools were configured
 	shim     []string
+	gang     []string
 	now      func() time.Time
 	poll     time.Duration
 	warm     int
@@ -122,6 +130,7 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{
 		capacity: cfg.Capacity,
 		shim:     cfg.ShimCommand,
+		gang:     cfg.GangCommand,
 		now:      cfg.Now,
 		poll:     cfg.PollInterval,
 		attempts: make(map[int64]*attempt),
@@ -152,6 +161,13 @@ func New(cfg Config) (*Backend, error) {
 		b.shim = []string{exe, "shim"}
 	}
 	b.shim = append([]string(nil), b.shim...)
+	if len(b.gang) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("local backend: finding the gang launcher: %w", err)
+		}
+		b.gang = []string{exe, "gang"}
+	}
 	if b.now == nil {
 		b.now = time.Now
 	}
@@ -267,6 +283,14 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 		s = &cp
 	} else if !filepath.IsAbs(s.Workdir) {
 		return fmt.Errorf("starting attempt %d: Workdir %q is not absolute", s.AttemptID, s.Workdir)
+	}
+	if n := max(s.Nodes, 1) * max(s.ProcessesPerNode, 1); n > 1 {
+		// A gang on one machine: its nodes' processes all run here, under
+		// one launcher that ends them together.
+		cp := *s
+		cp.Argv = append(append(slices.Clone(b.gang), strconv.Itoa(n), strconv.Itoa(agent.MasterPort(s.AttemptID)),
+			strconv.Itoa(int(max(s.StopGrace, time.Second)/time.Second)), "--"), s.Argv...)
+		s = &cp
 	}
 	if _, err := os.Stat(filepath.Join(s.Dir, ExitFile)); err == nil {
 		return fmt.Errorf("starting attempt %d: %s exists, the attempt already ran: %w", s.AttemptID, filepath.Join(s.Dir, ExitFile), virga.ErrConflict)

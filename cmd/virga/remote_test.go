@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/agent"
+	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/server"
+)
+
+// agentBackend is a backend.Remote for tests: it runs each attempt as a
+// `virga agent` process on this machine, as a Slurm or Kubernetes node
+// would, so the server never touches the trial's checkpoint directory: the
+// checkpoints travel through the API with the trial's token.
+type agentBackend struct {
+	bin    string
+	events chan backend.Event
+
+	mu      sync.Mutex
+	closed  bool
+	running map[int64]*exec.Cmd
+	wg      sync.WaitGroup
+}
+
+func newAgentBackend(bin string) *agentBackend {
+	return &agentBackend{bin: bin, events: make(chan backend.Event, 1024), running: map[int64]*exec.Cmd{}}
+}
+
+func (b *agentBackend) Name() string                 { return "agenttest" }
+func (b *agentBackend) Remote() bool                 { return true }
+func (b *agentBackend) Events() <-chan backend.Event { return b.events }
+func (b *agentBackend) Free() virga.Resources {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return virga.Resources{CPU: float64(8 - len(b.running)), MemoryMB: 1 << 20}
+}
+
+func (b *agentBackend) Start(_ context.Context, s *backend.StartSpec) error {
+	cmd := exec.Command(b.bin, "agent")
+	cmd.Env = append(os.Environ(), agent.EnvSpec+"="+agent.FromStart(s).Encode())
+	out, err := os.Create(filepath.Join(s.Dir, "output.log"))
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return err
+	}
+	b.running[s.AttemptID] = cmd
+	b.events <- backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: time.Now(), PID: cmd.Process.Pid}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		err := cmd.Wait()
+		out.Close()
+		ev := backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: time.Now()}
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ev.Signal = ws.Signal().String()
+		} else if err == nil || cmd.ProcessState != nil {
+			code := cmd.ProcessState.ExitCode()
+			ev.ExitCode = &code
+		}
+		b.mu.Lock()
+		delete(b.running, s.AttemptID)
+		if !b.closed {
+			b.events <- ev
+		}
+		b.mu.Unlock()
+	}()
+	return nil
+}
+
+func (b *agentBackend) Stop(id int64, grace time.Duration) error {
+	b.mu.Lock()
+	cmd := b.running[id]
+	b.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	time.AfterFunc(grace+time.Second, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	return nil
+}
+
+func (b *agentBackend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	for _, cmd := range b.running {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+	close(b.events)
+	return nil
+}
+
+// TestRemoteAgentCheckpointsThroughTheAPI runs trials through `virga agent`
+// with a backend whose attempts the server cannot see: each trial fails once
+// after step 2, and its next attempt resumes from the checkpoint its agent
+// uploaded (fetched back by the next agent), repeating no step.
+func TestRemoteAgentCheckpointsThroughTheAPI(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "state")
+	be := newAgentBackend(virgaBin)
+	srv, err := server.Start(context.Background(), server.Config{DataDir: data, Backend: be, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := client.New(srv.URL, srv.Token)
+	exp := stepExperiment(t, dir, "remote", 2, 2, 6, 30, "  fail_at: 2")
+	b, _ := os.ReadFile(exp)
+	e, err := c.Submit(context.Background(), "remote.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, e.ID, 60*time.Second)
+	ts, err := c.Trials(context.Background(), e.ID)
+	if err != nil || len(ts) != 2 {
+		t.Fatalf("trials: %v, %v", ts, err)
+	}
+	for _, tr := range ts {
+		if tr.State != virga.TrialCompleted {
+			t.Errorf("trial %d: %s (%s); want COMPLETED", tr.ID, tr.State, tr.Message)
+		}
+		l := readLedger(t, dir, tr.ID)
+		if len(l.starts) != 2 || l.starts[0].from != 0 || l.starts[1].from != 3 {
+			t.Errorf("trial %d started %+v; want from step 0, then from step 3 (its uploaded checkpoint)", tr.ID, l.starts)
+		}
+		for s, pids := range l.steps {
+			if len(pids) != 1 {
+				t.Errorf("trial %d: step %d computed %d times", tr.ID, s, len(pids))
+			}
+		}
+		cks, err := c.Checkpoints(context.Background(), tr.ID)
+		if err != nil || len(cks) == 0 {
+			t.Errorf("trial %d: checkpoints %v, %v; want the uploaded ones recorded", tr.ID, cks, err)
+		}
+		if _, err := os.Stat(filepath.Join(data, "trials", strconv.FormatInt(tr.ID, 10))); err == nil {
+			t.Errorf("trial %d has a checkpoint directory on the server; a remote attempt's lives on its node", tr.ID)
+		}
+	}
+}
+
+// TestRemoteTokenScope: a trial's token may upload and fetch checkpoints
+// only for its own attempts, and a report may name only a checkpoint its
+// attempt uploaded.
+func TestRemoteTokenScope(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "state")
+	be := newAgentBackend(virgaBin)
+	srv, err := server.Start(context.Background(), server.Config{DataDir: data, Backend: be, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := client.New(srv.URL, srv.Token)
+	exp := stepExperiment(t, dir, "scope", 2, 2, 400, 50, "")
+	b, _ := os.ReadFile(exp)
+	e, err := c.Submit(context.Background(), "scope.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = c.Control(context.Background(), e.ID, "stop") }()
+	var ts []*virga.Trial
+	waitFor(t, "two trials to have a checkpoint", 30*time.Second, func() bool {
+		ts, err = c.Trials(context.Background(), e.ID)
+		if err != nil || len(ts) != 2 {
+			return false
+		}
+		for _, tr := range ts {
+			if tr.Checkpoint == "" || tr.State != virga.TrialRunning {
+				return false
+			}
+		}
+		return true
+	})
+	secret, err := os.ReadFile(filepath.Join(data, "secret"))
+	secret = bytes.TrimSpace(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempt := func(tr *virga.Trial) int64 {
+		v, err := c.Trial(context.Background(), tr.ID)
+		if err != nil || len(v.AttemptList) == 0 {
+			t.Fatalf("trial %d: %v", tr.ID, err)
+		}
+		return v.AttemptList[len(v.AttemptList)-1].ID
+	}
+	a, other := ts[0], ts[1]
+	tokA := control.TrialToken(secret, a.ID)
+	call := func(method, path, ctype string, body []byte) int {
+		req, _ := http.NewRequest(method, srv.URL+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tokA)
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	attA, attB := strconv.FormatInt(attempt(a), 10), strconv.FormatInt(attempt(other), 10)
+	empty := make([]byte, 1024) // an empty tar archive
+	for _, c := range []struct {
+		what, method, path, ctype string
+		body                      []byte
+		want                      int
+	}{
+		{"upload to another trial's attempt", "POST", "/api/v1/attempts/" + attB + "/checkpoints", "application/x-tar", empty, http.StatusForbidden},
+		{"fetch another trial's attempt's checkpoint", "GET", "/api/v1/attempts/" + attB + "/checkpoints/" + other.Checkpoint, "", nil, http.StatusForbidden},
+		{"fetch another trial's checkpoint through its own attempt", "GET", "/api/v1/attempts/" + attA + "/checkpoints/" + other.Checkpoint, "", nil, http.StatusForbidden},
+		{"fetch its own latest checkpoint", "GET", "/api/v1/attempts/" + attA + "/checkpoints/" + a.Checkpoint, "", nil, http.StatusOK},
+		{"report naming a checkpoint it did not upload", "POST", "/api/v1/attempts/" + attA + "/report", "application/json", []byte(`{"step": 1, "metrics": {"loss": 1}, "checkpoint": "` + other.Checkpoint + `"}`), http.StatusUnprocessableEntity},
+		{"list experiments", "GET", "/api/v1/experiments", "", nil, http.StatusUnauthorized},
+		{"upload an empty directory to its own attempt", "POST", "/api/v1/attempts/" + attA + "/checkpoints", "application/x-tar", empty, http.StatusOK},
+		{"upload without the archive's media type", "POST", "/api/v1/attempts/" + attA + "/checkpoints", "application/json", empty, http.StatusUnsupportedMediaType},
+	} {
+		if got := call(c.method, c.path, c.ctype, c.body); got != c.want {
+			t.Errorf("%s: status %d; want %d", c.what, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Gang runs one node's share of an attempt: ProcessesPerNode copies of the
+// trial command, each with PyTorch's rendezvous variables, ended together.
+// When one process fails (a non-zero exit or a signal) the others are sent
+// SIGTERM and, after Grace, SIGKILL: a gang is all or nothing, so a lost
+// member ends the attempt and the trial resumes from its checkpoint.
+type Gang struct {
+	Argv    []string
+	Env     []string // the environment of every process, before the rank variables
+	Workdir string
+	// NodeRank is this node's place in the gang, Nodes its size.
+	NodeRank, Nodes, ProcessesPerNode int
+	MasterAddr                        string
+	MasterPort                        int
+	// Stdout and Stderr receive every process's output (nil: discarded).
+	Stdout, Stderr io.Writer
+	// Grace is the time between SIGTERM and SIGKILL when the gang is
+	// stopped (its context ends) or a member failed.
+	Grace time.Duration
+}
+
+// RankEnv returns the rendezvous variables of one process, as PyTorch's
+// torch.distributed (init_method "env://") and torchrun define them.
+func RankEnv(nodeRank, nodes, perNode, localRank int, masterAddr string, masterPort int) []string {
+	world := nodes * perNode
+	return []string{
+		"RANK=" + strconv.Itoa(nodeRank*perNode+localRank),
+		"LOCAL_RANK=" + strconv.Itoa(localRank),
+		"WORLD_SIZE=" + strconv.Itoa(world),
+		"LOCAL_WORLD_SIZE=" + strconv.Itoa(perNode),
+		"NODE_RANK=" + strconv.Itoa(nodeRank),
+		"GROUP_RANK=" + strconv.Itoa(nodeRank),
+		"MASTER_ADDR=" + masterAddr,
+		"MASTER_PORT=" + strconv.Itoa(masterPort),
+	}
+}
+
+// Run starts the processes and waits for all of them. It returns the exit
+// status of the gang as a shell would: 0 when every process exited 0, else
+// the first failure's exit code (128+N for a process killed by signal N).
+// When ctx ends, the processes are sent SIGTERM, then SIGKILL after Grace.
+func (g *Gang) Run(ctx context.Context) (int, error) {
+	if len(g.Argv) == 0 {
+		return 0, errors.New("gang: no command")
+	}
+	n := max(g.ProcessesPerNode, 1)
+	// Pdeathsig fires when the thread that forked a child exits: keep this
+	// one for the gang's whole life so that the children die with us.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	type member struct {
+		cmd  *exec.Cmd
+		code int
+	}
+	members := make([]*member, n)
+	exited := make(chan int, n)
+	var out sync.Mutex // one writer at a time per stream
+	for i := range n {
+		cmd := exec.Command(g.Argv[0], g.Argv[1:]...)
+		cmd.Dir = g.Workdir
+		env := append([]string(nil), g.Env...)
+		cmd.Env = append(env, RankEnv(g.NodeRank, max(g.Nodes, 1), n, i, g.MasterAddr, g.MasterPort)...)
+		cmd.Stdout = lockedWriter(&out, g.Stdout)
+		cmd.Stderr = lockedWriter(&out, g.Stderr)
+		// A process group of its own, so that a signal reaches the process
+		// and everything it started, and only through this gang.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			for _, m := range members[:i] {
+				_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+				_ = m.cmd.Wait()
+			}
+			return 127, fmt.Errorf("starting %s: %w", g.Argv[0], err)
+		}
+		members[i] = &member{cmd: cmd}
+	}
+	for i, m := range members {
+		go func() {
+			err := m.cmd.Wait()
+			m.code = exitCode(m.cmd.ProcessState, err)
+			exited <- i
+		}()
+	}
+
+	ended := make([]bool, n) // by this goroutine, as exits arrive
+	signalAll := func(sig syscall.Signal) {
+		for i, m := range members {
+			if !ended[i] {
+				_ = syscall.Kill(-m.cmd.Process.Pid, sig)
+			}
+		}
+	}
+	first, running := 0, n
+	var kill <-chan time.Time
+	stopping := false
+	stop := func() {
+		if !stopping {
+			stopping = true
+			signalAll(syscall.SIGTERM)
+			kill = time.After(g.Grace)
+		}
+	}
+	done := ctx.Done()
+	for running > 0 {
+		select {
+		case i := <-exited:
+			running--
+			ended[i] = true
+			if c := members[i].code; c != 0 && first == 0 {
+				first = c
+				stop() // a member failed: the gang ends
+			}
+		case <-done:
+			done = nil
+			stop()
+		case <-kill:
+			signalAll(syscall.SIGKILL)
+			kill = nil
+		}
+	}
+	// Whatever the processes left behind in their groups goes with them.
+	for _, m := range members {
+		_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	return first, nil
+}
+
+// exitCode is a finished process's status as a shell reports it.
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		if err != nil {
+			return 127
+		}
+		return 0
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+type syncWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (s syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func lockedWriter(mu *sync.Mutex, w io.Writer) io.Writer {
+	if w == nil {
+		return nil
+	}
+	if f, ok := w.(*os.File); ok {
+		return f // a file is written by each process directly
+	}
+	return syncWriter{mu: mu, w: w}
+}
+
+// GangMain runs `virga gang PROCESSES MASTER_PORT GRACE_SECONDS -- COMMAND...`:
+// the local backend's launcher of a trial of several processes on this
+// machine (resources.nodes x processes_per_node), each with PyTorch's
+// rendezvous variables; one failing ends all.
+func GangMain(args []string) int {
+	if len(args) < 5 || args[3] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: virga gang PROCESSES MASTER_PORT GRACE_SECONDS -- COMMAND...")
+		return 2
+	}
+	n, err1 := strconv.Atoi(args[0])
+	port, err2 := strconv.Atoi(args[1])
+	grace, err3 := strconv.Atoi(args[2])
+	if err1 != nil || err2 != nil || err3 != nil || n < 1 || port < 1 || grace < 0 {
+		fmt.Fprintln(os.Stderr, "virga gang: PROCESSES, MASTER_PORT and GRACE_SECONDS must be positive integers")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	g := &Gang{Argv: args[4:], Env: os.Environ(), Nodes: 1, ProcessesPerNode: n,
+		MasterAddr: "127.0.0.1", MasterPort: port, Stdout: os.Stdout, Stderr: os.Stderr,
+		Grace: time.Duration(grace) * time.Second}
+	code, err := g.Run(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "virga gang:", err)
+	}
+	return min(code, 255)
+}
