@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,19 +67,22 @@ func (g *Gang) Run(ctx context.Context) (int, error) {
 	defer runtime.UnlockOSThread()
 
 	type member struct {
-		cmd  *exec.Cmd
-		code int
+		cmd            *exec.Cmd
+		code           int
+		stdout, stderr *lineWriter
 	}
 	members := make([]*member, n)
 	exited := make(chan int, n)
-	var out sync.Mutex // one writer at a time per stream
+	var outMu, errMu sync.Mutex // one writer at a time per stream
 	for i := range n {
 		cmd := exec.Command(g.Argv[0], g.Argv[1:]...)
 		cmd.Dir = g.Workdir
 		env := append([]string(nil), g.Env...)
 		cmd.Env = append(env, RankEnv(g.NodeRank, max(g.Nodes, 1), n, i, g.MasterAddr, g.MasterPort)...)
-		cmd.Stdout = lockedWriter(&out, g.Stdout)
-		cmd.Stderr = lockedWriter(&out, g.Stderr)
+		stdout, stderr := lockedWriter(&outMu, g.Stdout), lockedWriter(&errMu, g.Stderr)
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		// A descendant that keeps the output open does not hold the gang.
+		cmd.WaitDelay = 5 * time.Second
 		// A process group of its own, so that a signal reaches the process
 		// and everything it started, and only through this gang.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -89,11 +93,13 @@ func (g *Gang) Run(ctx context.Context) (int, error) {
 			}
 			return 127, fmt.Errorf("starting %s: %w", g.Argv[0], err)
 		}
-		members[i] = &member{cmd: cmd}
+		members[i] = &member{cmd: cmd, stdout: stdout, stderr: stderr}
 	}
 	for i, m := range members {
 		go func() {
-			err := m.cmd.Wait()
+			err := m.cmd.Wait() // the output is copied by then
+			m.stdout.flush()
+			m.stderr.flush()
 			m.code = exitCode(m.cmd.ProcessState, err)
 			exited <- i
 		}()
@@ -156,25 +162,49 @@ func exitCode(ps *os.ProcessState, err error) int {
 	return ps.ExitCode()
 }
 
-type syncWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+// lineWriter passes one process's output on in whole lines, so that the
+// lines of a gang's processes never interleave mid-line (a VIRGA_METRIC line
+// stays whole). What is left without a newline goes out at Close.
+type lineWriter struct {
+	mu  *sync.Mutex // shared by the gang's writers to one stream
+	w   io.Writer
+	buf []byte
 }
 
-func (s syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	if i := bytes.LastIndexByte(l.buf, '\n'); i >= 0 {
+		l.mu.Lock()
+		_, err := l.w.Write(l.buf[:i+1])
+		l.mu.Unlock()
+		l.buf = append(l.buf[:0], l.buf[i+1:]...)
+		if err != nil {
+			return len(p), nil // output that cannot be written is dropped, the trial goes on
+		}
+	}
+	if len(l.buf) > 64<<10 { // a very long line goes out in pieces
+		l.mu.Lock()
+		_, _ = l.w.Write(l.buf)
+		l.mu.Unlock()
+		l.buf = l.buf[:0]
+	}
+	return len(p), nil
 }
 
-func lockedWriter(mu *sync.Mutex, w io.Writer) io.Writer {
+func (l *lineWriter) flush() {
+	if len(l.buf) > 0 {
+		l.mu.Lock()
+		_, _ = l.w.Write(l.buf)
+		l.mu.Unlock()
+		l.buf = l.buf[:0]
+	}
+}
+
+func lockedWriter(mu *sync.Mutex, w io.Writer) *lineWriter {
 	if w == nil {
-		return nil
+		w = io.Discard
 	}
-	if f, ok := w.(*os.File); ok {
-		return f // a file is written by each process directly
-	}
-	return syncWriter{mu: mu, w: w}
+	return &lineWriter{mu: mu, w: w}
 }
 
 // GangMain runs `virga gang PROCESSES MASTER_PORT GRACE_SECONDS -- COMMAND...`:

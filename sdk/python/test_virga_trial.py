@@ -172,6 +172,20 @@ class ReportTest(unittest.TestCase):
 
 
 class EnvTest(unittest.TestCase):
+    def test_only_rank_zero_reports(self):
+        # Port 9 (discard) refuses connections: a report that was sent would
+        # raise after its (zero) retry budget; rank 1's is not sent at all.
+        env = {"VIRGA_REPORT_URL": "http://127.0.0.1:9/api/v1/attempts/1/report", "RANK": "1"}
+        trial = virga_trial.from_env(env, handle_signals=False, retry_total=0)
+        self.assertEqual(trial.rank, 1)
+        self.assertEqual(trial.report(0, {"loss": 1.0}), virga_trial.CONTINUE)
+        with self.assertRaises(ValueError):
+            trial.report(-1, {"loss": 1.0})
+        env["RANK"] = "0"
+        chief = virga_trial.from_env(env, handle_signals=False, retry_total=0)
+        with self.assertRaises(virga_trial.ReportNotAcknowledged):
+            chief.report(0, {"loss": 1.0})
+
     def test_from_env(self):
         ckpt = tempfile.mkdtemp()
         self.addCleanup(os.rmdir, ckpt)

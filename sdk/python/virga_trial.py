@@ -168,6 +168,7 @@ class Trial:
         retry_max: float = 2.0,
         retry_total: float = 600.0,
         request_timeout: float = 300.0,
+        rank: int = 0,
     ) -> None:
         """Create a Trial. ``report_url`` empty or None means no server (a hand run).
 
@@ -193,12 +194,18 @@ class Trial:
         self.retry_total = retry_total
         self.request_timeout = request_timeout
         self._superseded = False
+        self._rank = rank
         self._lock = threading.Lock()
         self._sleep: Callable[[float], None] = time.sleep
 
     def __repr__(self) -> str:
         return (f"Trial(trial_id={self.trial_id}, attempt_id={self.attempt_id}, "
                 f"managed={self.managed}, hparams={self._hparams!r})")
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in a trial of several processes (``RANK``), 0 otherwise."""
+        return self._rank
 
     @property
     def managed(self) -> bool:
@@ -299,6 +306,11 @@ class Trial:
         ``ReportNotAcknowledged`` when connection errors, timeouts or 5xx
         replies outlast the retry budget. Without a server it only checks its
         arguments and returns ``CONTINUE``.
+
+        In a trial of several processes (``resources.nodes`` or
+        ``processes_per_node``) only rank 0 reports: on the other ranks it
+        checks its arguments and returns ``CONTINUE``; rank 0 tells them
+        when to stop (e.g. with a collective operation).
         """
         if isinstance(step, bool) or int(step) != step or step < 0:
             raise ValueError(f"report step {step!r}: want an integer >= 0")
@@ -310,7 +322,7 @@ class Trial:
             if not math.isfinite(v):
                 raise ValueError(f"report step {step}: metric {name!r} is {v}: want a finite number")
             clean[str(name)] = v
-        if not self.managed:
+        if not self.managed or self.rank != 0:
             return CONTINUE
         if self._superseded:
             raise Superseded("attempt superseded (an earlier report got 409)")
@@ -430,6 +442,7 @@ def from_env(
         experiment_id=_env_int(env, ENV_EXPERIMENT_ID),
         trial_id=_env_int(env, ENV_TRIAL_ID),
         attempt_id=_env_int(env, ENV_ATTEMPT_ID),
+        rank=_env_int(env, "RANK"),
         default_checkpoint_dir=default_checkpoint_dir,
         **options,
     )
