@@ -30,6 +30,7 @@ import (
 func newRunCmd(g *globals) *cobra.Command {
 	var detach bool
 	var capacityFile, estimateFile string
+	var rc remoteFlags
 	cmd := &cobra.Command{
 		Use:   "run FILE",
 		Short: "Run an experiment and follow it with a live table",
@@ -43,19 +44,21 @@ experiment or leave it running; when not on a terminal it leaves it running
 
 --capacity FILE gives the embedded server the pools of a capacity file
 (docs/capacity.md): trials are placed on them, emulated spot pools reclaim
-them on their trace, and attempts are priced at the pools' prices.`,
+them on their trace, and attempts are priced at the pools' prices. Pools of
+backend slurm or kubernetes run the trials there (docs/cluster.md).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runExperiment(cmd.Context(), g, args[0], detach, capacityFile, estimateFile)
+			return runExperiment(cmd.Context(), g, args[0], detach, capacityFile, estimateFile, &rc)
 		},
 	}
 	cmd.Flags().BoolVar(&detach, "detach", false, "submit and return at once")
 	cmd.Flags().StringVar(&estimateFile, "estimate", "", "forecast to keep with the experiment (virga estimate --json output), shown beside what happened by virga show")
-	cmd.Flags().StringVar(&capacityFile, "capacity", "", "capacity file whose local pools the embedded server uses (docs/capacity.md)")
+	cmd.Flags().StringVar(&capacityFile, "capacity", "", "capacity file whose pools the embedded server uses (docs/capacity.md)")
+	rc.register(cmd.Flags())
 	return cmd
 }
 
-func runExperiment(ctx context.Context, g *globals, file string, detach bool, capacityFile, estimateFile string) error {
+func runExperiment(ctx context.Context, g *globals, file string, detach bool, capacityFile, estimateFile string, rc *remoteFlags) error {
 	// Validate here first: a bad file is reported with its positions and nothing is written.
 	_, data, err := spec.Load(file)
 	if err != nil {
@@ -87,7 +90,9 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool, ca
 			return usageError{errors.New("--detach needs a server that outlives this command: start `virga server` (or pass --server URL)")}
 		}
 		embedded, err = server.Start(context.Background(), server.Config{DataDir: g.dataDir, Version: version,
-			Logger: newLogger(g.stderr, true), CapacityFile: capacityFile})
+			Logger: newLogger(g.stderr, true), CapacityFile: capacityFile,
+			Advertise: rc.advertise, Checkpoints: rc.checkpoints, Agent: rc.agent, KubeImage: rc.kubeImage,
+			KubeNamespace: rc.kubeNamespace, Kubeconfig: rc.kubeconfig})
 		if err != nil {
 			if _, bad := errors.AsType[*spec.Error](err); bad {
 				return usageError{err}

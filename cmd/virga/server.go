@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/server"
@@ -20,6 +21,7 @@ import (
 
 func newServerCmd(g *globals) *cobra.Command {
 	var listen, db, memory, capacityFile string
+	var rc remoteFlags
 	var cpu float64
 	var gpu int
 	cmd := &cobra.Command{
@@ -60,7 +62,9 @@ token is created on first start in DATA-DIR/admin-token.`,
 			}
 			log := newLogger(g.stderr, false)
 			s, err := server.Start(cmd.Context(), server.Config{Listen: listen, DataDir: g.dataDir, DB: db,
-				Capacity: capacity, Version: version, Logger: log, CapacityFile: capacityFile})
+				Capacity: capacity, Version: version, Logger: log, CapacityFile: capacityFile,
+				Advertise: rc.advertise, Checkpoints: rc.checkpoints, Agent: rc.agent, KubeImage: rc.kubeImage,
+				KubeNamespace: rc.kubeNamespace, Kubeconfig: rc.kubeconfig})
 			if err != nil {
 				if _, bad := errors.AsType[*spec.Error](err); bad {
 					return usageError{err}
@@ -87,8 +91,24 @@ token is created on first start in DATA-DIR/admin-token.`,
 	f.Float64Var(&cpu, "cpu", 0, "CPU cores trials may use (default: this machine's)")
 	f.StringVar(&memory, "memory", "", "memory trials may use, e.g. 16GiB (default: this machine's)")
 	f.IntVar(&gpu, "gpu", 0, "GPUs trials may use")
-	f.StringVar(&capacityFile, "capacity", os.Getenv("VIRGA_CAPACITY"), "capacity file: pools for the trials (spot ones emulated) and their prices (docs/capacity.md; env VIRGA_CAPACITY)")
+	f.StringVar(&capacityFile, "capacity", os.Getenv("VIRGA_CAPACITY"), "capacity file: pools for the trials (local ones, spot ones emulated; or Slurm partitions; or Kubernetes nodes) and their prices (docs/capacity.md; env VIRGA_CAPACITY)")
+	rc.register(f)
 	return cmd
+}
+
+// remoteFlags configure checkpoint storage and the pools that run on other
+// machines (docs/cluster.md).
+type remoteFlags struct {
+	advertise, checkpoints, agent, kubeImage, kubeNamespace, kubeconfig string
+}
+
+func (r *remoteFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&r.advertise, "advertise", os.Getenv("VIRGA_ADVERTISE"), "the server's URL as trials on other machines reach it, e.g. http://head:7070 (env VIRGA_ADVERTISE; default the listen address)")
+	f.StringVar(&r.checkpoints, "checkpoints", os.Getenv("VIRGA_CHECKPOINTS"), "checkpoint storage: a directory or file:///..., s3://bucket?region=..., gs://bucket, azblob://container (env VIRGA_CHECKPOINTS; default DATA-DIR/checkpoints)")
+	f.StringVar(&r.agent, "agent", os.Getenv("VIRGA_AGENT"), "the virga executable as Slurm nodes see it (env VIRGA_AGENT; default this one)")
+	f.StringVar(&r.kubeImage, "kube-image", os.Getenv("VIRGA_KUBE_IMAGE"), "container image of trial pods, with virga and the trainer (env VIRGA_KUBE_IMAGE)")
+	f.StringVar(&r.kubeNamespace, "kube-namespace", envOr("VIRGA_KUBE_NAMESPACE", ""), "namespace of trial pods (env VIRGA_KUBE_NAMESPACE; default the server's own, or default)")
+	f.StringVar(&r.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (env KUBECONFIG; default the in-cluster service account)")
 }
 
 // machineMemoryMB reads this machine's MemTotal from /proc/meminfo, in MiB.

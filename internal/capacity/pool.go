@@ -46,6 +46,10 @@ type Pool struct {
 	// Preemption is when the capacity is available; nil means never
 	// reclaimed.
 	Preemption *Preemption
+	// Slurm and Kubernetes say where a pool of those backends runs its
+	// attempts (partition; node selectors and tolerations).
+	Slurm      *spec.SlurmPool
+	Kubernetes *spec.KubernetesPool
 }
 
 // Spot reports whether the pool buys spot capacity.
@@ -189,6 +193,8 @@ func (l *loader) pool(sp *spec.Pool) *Pool {
 		Billing:         Billing{Increment: sp.Billing.Increment.D(), Minimum: sp.Billing.Minimum.D()},
 		Warning:         sp.Warning.D(),
 		RestartOverhead: sp.RestartOverhead.D(),
+		Slurm:           sp.Slurm,
+		Kubernetes:      sp.Kubernetes,
 	}
 	ok := true
 	var spotSteps []trace.Price // the spot price trace, for a bid

@@ -62,6 +62,22 @@ type Config struct {
 	// trials of experiments with a deadline are then placed and moved by
 	// Virga's experiment policy (schedule.ExpPlanned), as in virga sim.
 	CapacityFile string
+	// Advertise is the server's base URL as trials on other machines reach
+	// it (Slurm and Kubernetes pools), e.g. http://virga.example:7070;
+	// default the URL it listens on.
+	Advertise string
+	// Checkpoints is where checkpoints are stored: a directory, or an object
+	// store URL (file:///shared/virga, s3://bucket?region=..., gs://bucket,
+	// azblob://container; see checkpoint.OpenURL). Default
+	// DATA-DIR/checkpoints.
+	Checkpoints string
+	// Agent is the `virga` executable as Slurm nodes see it (default: this
+	// one); KubeImage, KubeNamespace and Kubeconfig configure pools of
+	// backend kubernetes.
+	Agent         string
+	KubeImage     string
+	KubeNamespace string
+	Kubeconfig    string
 	// Backend, if set, runs the trials instead of the backend the capacity
 	// file's pools name (for embedding Virga, and for tests). The server
 	// closes it.
@@ -220,8 +236,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		host = "127.0.0.1"
 	}
 	s.URL = "http://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
+	reportBase := s.URL
+	if cfg.Advertise != "" {
+		reportBase = strings.TrimRight(cfg.Advertise, "/")
+	}
 	s.ctl, err = control.New(control.Config{Store: s.st, Backend: s.be, Checkpoints: cks, DataDir: dir,
-		ReportBase: s.URL, Secret: secret, Logger: cfg.Logger, Pricer: cfg.Pricer, Policy: policy, PoolInfo: poolInfo})
+		ReportBase: reportBase, Secret: secret, Logger: cfg.Logger, Pricer: cfg.Pricer, Policy: policy, PoolInfo: poolInfo})
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
