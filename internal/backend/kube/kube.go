@@ -1,0 +1,359 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+)
+
+// Labels and annotations the backend puts on its pods and services.
+const (
+	LabelManagedBy  = "app.kubernetes.io/managed-by" // "virga"
+	LabelInstance   = "virga.dev/instance"           // Config.Instance
+	LabelAttempt    = "virga.dev/attempt"
+	LabelTrial      = "virga.dev/trial"
+	LabelExperiment = "virga.dev/experiment"
+	LabelRank       = "virga.dev/rank"
+
+	AnnotationPool      = "virga.dev/pool"
+	AnnotationNodes     = "virga.dev/nodes"
+	AnnotationResources = "virga.dev/resources" // the whole attempt's: "cpu,memory_mb,gpu"
+	AnnotationStopGrace = "virga.dev/stop-grace"
+
+	// ContainerName is the name of the agent's container in each pod.
+	ContainerName = "agent"
+	// GPUResource is the default extended resource name of a GPU.
+	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+)
+
+// Pool is one capacity pool: a set of the cluster's nodes picked by labels,
+// of one shape.
+type Pool struct {
+	// Name identifies the pool in StartSpec.Pool and in attempts. Required
+	// when there are pools, unique.
+	Name string `json:"name"`
+	// NodeSelector, Tolerations and Affinity are set on the pool's pods
+	// (SpotSelector gives those of the major clouds' spot nodes).
+	NodeSelector map[string]string   `json:"node_selector,omitempty"`
+	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+	Affinity     *corev1.Affinity    `json:"affinity,omitempty"`
+	// Node is what one node of the pool offers to trials (its allocatable
+	// share Virga may use) and Nodes how many the pool has at most; the
+	// pool's capacity is Nodes x Node.
+	Node  virga.Resources `json:"node"`
+	Nodes int             `json:"nodes"`
+	// Spot marks the pool preemptible; Warning is how long before a reclaim
+	// the provider warns (GKE and AKS 30 s, AWS 120 s).
+	Spot    bool          `json:"spot,omitempty"`
+	Warning time.Duration `json:"warning,omitempty"`
+}
+
+// Capacity returns Nodes x Node.
+func (p Pool) Capacity() virga.Resources {
+	n := max(p.Nodes, 0)
+	return virga.Resources{CPU: p.Node.CPU * float64(n), MemoryMB: p.Node.MemoryMB * int64(n), GPU: p.Node.GPU * n}
+}
+
+// Config configures the backend.
+type Config struct {
+	// Name is the backend's name in attempts; default "kubernetes".
+	Name string
+	// Namespace is where pods and services are created and watched.
+	// Required.
+	Namespace string
+	// Image is the container image with the `virga` binary (see
+	// deploy/Dockerfile) and the trainer's code and libraries. Required.
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	// ImagePullSecrets are names of secrets in Namespace.
+	ImagePullSecrets []string
+	// ServiceAccount runs the pods (empty: the namespace's default). The
+	// agent needs no Kubernetes API access.
+	ServiceAccount string
+	// Command is the container's command; default ["virga", "agent"].
+	Command []string
+	// Instance tells apart the servers that share a namespace: it is the
+	// value of the virga.dev/instance label the informer selects on, and the
+	// prefix of pod names (<instance>-<attempt id>-<rank>). Default "virga".
+	// A DNS label of at most 40 characters.
+	Instance string
+	// Pools are the capacity pools, the first being the default. With none,
+	// the backend has one unnamed pool of Capacity on any node.
+	Pools    []Pool
+	Capacity virga.Resources
+	// GPUResource is the extended resource name of GPUs; default
+	// nvidia.com/gpu.
+	GPUResource corev1.ResourceName
+	// Labels and Annotations are added to every pod.
+	Labels      map[string]string
+	Annotations map[string]string
+	// Env is added to every pod's environment (e.g. the trainer's
+	// credentials are better mounted, but proxies go here).
+	Env []corev1.EnvVar
+	// FinishedTTL is how long a finished attempt's pods are kept (for
+	// `kubectl logs`) before the backend deletes them; default 10 minutes,
+	// negative keeps them.
+	FinishedTTL time.Duration
+	// APITimeout bounds each API call; default 30 s. SyncTimeout bounds the
+	// informer's first list in New; default 60 s.
+	APITimeout  time.Duration
+	SyncTimeout time.Duration
+	// Now is the clock; default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// pool is the backend's state of one pool; reserved is guarded by
+// Backend.mu.
+type pool struct {
+	Pool
+	capacity virga.Resources
+	reserved virga.Resources
+}
+
+// Backend runs attempts as pods. Create it with New.
+type Backend struct {
+	cfg    Config
+	client kubernetes.Interface
+	log    *slog.Logger
+	named  bool
+	pools  []*pool
+	total  virga.Resources
+
+	factory  informers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+	stop     chan struct{}
+	q        *eventQueue
+
+	mu       sync.Mutex
+	attempts map[int64]*attempt
+	ended    map[int64]bool
+	timers   map[*time.Timer]bool
+	closed   bool
+	swept    bool
+
+	calls struct{ create, del atomic.Int64 }
+}
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Pooled  = (*Backend)(nil)
+	_ backend.Adopter = (*Backend)(nil)
+	_ backend.Sizer   = (*Backend)(nil)
+	_ backend.Remote  = (*Backend)(nil)
+)
+
+const attemptIndex = "attempt"
+
+// New validates cfg, starts the informer on the backend's pods in
+// cfg.Namespace and waits until it has listed them (so that Adopt finds
+// what runs). Close stops it.
+func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
+	if client == nil {
+		return nil, errors.New("kubernetes backend: no client")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "kubernetes"
+	}
+	if cfg.Namespace == "" {
+		return nil, errors.New("kubernetes backend: a namespace is required")
+	}
+	if cfg.Image == "" {
+		return nil, errors.New("kubernetes backend: an image (with the virga binary) is required")
+	}
+	if len(cfg.Command) == 0 {
+		cfg.Command = []string{"virga", "agent"}
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = "virga"
+	}
+	if len(cfg.Instance) > 40 || !dnsLabel.MatchString(cfg.Instance) {
+		return nil, fmt.Errorf("kubernetes backend: instance %q must be a DNS label (a-z, 0-9, '-') of at most 40 characters", cfg.Instance)
+	}
+	if cfg.GPUResource == "" {
+		cfg.GPUResource = GPUResource
+	}
+	if cfg.FinishedTTL == 0 {
+		cfg.FinishedTTL = 10 * time.Minute
+	}
+	if cfg.APITimeout <= 0 {
+		cfg.APITimeout = 30 * time.Second
+	}
+	if cfg.SyncTimeout <= 0 {
+		cfg.SyncTimeout = time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	b := &Backend{cfg: cfg, client: client, log: cfg.Logger, attempts: map[int64]*attempt{},
+		ended: map[int64]bool{}, timers: map[*time.Timer]bool{}, stop: make(chan struct{})}
+	if len(cfg.Pools) == 0 {
+		if cfg.Capacity == (virga.Resources{}) {
+			return nil, errors.New("kubernetes backend: give pools, or the capacity of its single pool")
+		}
+		b.pools = []*pool{{capacity: cfg.Capacity}}
+	} else {
+		b.named = true
+		seen := map[string]bool{}
+		for i, p := range cfg.Pools {
+			switch {
+			case p.Name == "":
+				return nil, fmt.Errorf("kubernetes backend: pool %d has no name", i+1)
+			case seen[p.Name]:
+				return nil, fmt.Errorf("kubernetes backend: pool %q is listed twice", p.Name)
+			case p.Nodes < 1:
+				return nil, fmt.Errorf("kubernetes backend: pool %q: nodes must be at least 1", p.Name)
+			case p.Node.CPU <= 0 || p.Node.MemoryMB <= 0 || p.Node.GPU < 0:
+				return nil, fmt.Errorf("kubernetes backend: pool %q: node needs a positive cpu and memory", p.Name)
+			}
+			seen[p.Name] = true
+			b.pools = append(b.pools, &pool{Pool: p, capacity: p.Capacity()})
+		}
+	}
+	for _, p := range b.pools {
+		b.total = b.total.Add(p.capacity)
+	}
+
+	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: "virga", LabelInstance: cfg.Instance}).String()
+	b.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
+	b.informer = b.factory.Core().V1().Pods().Informer()
+	if err := b.informer.AddIndexers(cache.Indexers{attemptIndex: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Labels[LabelAttempt] != "" {
+			return []string{p.Labels[LabelAttempt]}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("kubernetes backend: %w", err)
+	}
+	if _, err := b.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { b.onPod(obj, false) },
+		UpdateFunc: func(_, obj any) { b.onPod(obj, false) },
+		DeleteFunc: func(obj any) { b.onPod(obj, true) },
+	}); err != nil {
+		return nil, fmt.Errorf("kubernetes backend: %w", err)
+	}
+	b.q = newEventQueue()
+	b.factory.Start(b.stop)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.SyncTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(ctx.Done(), b.informer.HasSynced) {
+		close(b.stop)
+		b.factory.Shutdown()
+		b.q.close()
+		return nil, fmt.Errorf("kubernetes backend: listing pods in namespace %q did not finish within %s (is the API server reachable, and may this service account list pods there?)", cfg.Namespace, cfg.SyncTimeout)
+	}
+	return b, nil
+}
+
+// Name returns Config.Name ("kubernetes").
+func (b *Backend) Name() string { return b.cfg.Name }
+
+// Remote reports true: attempts run `virga agent` in pods.
+func (b *Backend) Remote() bool { return true }
+
+// Events delivers Started and Exited events; Close closes it.
+func (b *Backend) Events() <-chan backend.Event { return b.q.out }
+
+// Free returns what the pools' live attempts leave of their capacity.
+func (b *Backend) Free() virga.Resources {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var free virga.Resources
+	for _, p := range b.pools {
+		free = free.Add(p.capacity.Sub(p.reserved))
+	}
+	return free
+}
+
+// Capacity returns the sum of the pools' Nodes x Node (or Config.Capacity).
+func (b *Backend) Capacity() virga.Resources { return b.total }
+
+// Pools returns each pool's status, or nil without named pools. Spot pools
+// are always reported up: the cluster's autoscaler, not Virga, knows when
+// spot nodes can be had, and a pod that finds none waits Pending.
+func (b *Backend) Pools() []backend.PoolStatus {
+	if !b.named {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]backend.PoolStatus, len(b.pools))
+	for i, p := range b.pools {
+		out[i] = backend.PoolStatus{Name: p.Name, Capacity: p.capacity, Free: p.capacity.Sub(p.reserved),
+			Preemptible: p.Spot, Up: true, Warning: p.Warning}
+	}
+	return out
+}
+
+// APICalls counts the calls this backend made to the API server other than
+// the informer's list and watch (shared by all attempts): pod and service
+// creates and deletes.
+type APICalls struct {
+	Create, Delete int64
+}
+
+// Calls returns the API calls made so far.
+func (b *Backend) Calls() APICalls {
+	return APICalls{Create: b.calls.create.Load(), Delete: b.calls.del.Load()}
+}
+
+// Close stops the informer and closes Events. Pods go on running and can be
+// adopted by the next server; finished pods not yet deleted are left for the
+// next server's sweep.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	for t := range b.timers {
+		t.Stop()
+	}
+	b.timers = nil
+	b.mu.Unlock()
+	close(b.stop)
+	b.factory.Shutdown()
+	b.q.close()
+	return nil
+}
+
+func (b *Backend) poolNamed(name string) (*pool, error) {
+	if name == "" {
+		return b.pools[0], nil
+	}
+	for _, p := range b.pools {
+		if b.named && p.Name == name {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("kubernetes backend: no pool %q", name)
+}
+
+// baseName is the name of an attempt's service and the prefix of its pods.
+func (b *Backend) baseName(id int64) string { return b.cfg.Instance + "-" + strconv.FormatInt(id, 10) }
+
+func podName(base string, rank int) string { return base + "-" + strconv.Itoa(rank) }
