@@ -119,6 +119,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// unaccountedMemoryMB stands for the memory of a node whose memory is not
+// counted (a capacity file's node without memory): 1 PiB.
+const unaccountedMemoryMB = 1 << 30
+
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // pool is the backend's state of one pool; reserved is guarded by
@@ -224,10 +228,13 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 				return nil, fmt.Errorf("kubernetes backend: pool %q is listed twice", p.Name)
 			case p.Nodes < 1:
 				return nil, fmt.Errorf("kubernetes backend: pool %q: nodes must be at least 1", p.Name)
-			case p.Node.CPU <= 0 || p.Node.MemoryMB <= 0 || p.Node.GPU < 0:
-				return nil, fmt.Errorf("kubernetes backend: pool %q: node needs a positive cpu and memory", p.Name)
+			case p.Node.CPU <= 0 || p.Node.MemoryMB < 0 || p.Node.GPU < 0:
+				return nil, fmt.Errorf("kubernetes backend: pool %q: node needs a positive cpu", p.Name)
 			}
 			seen[p.Name] = true
+			if p.Node.MemoryMB == 0 {
+				p.Node.MemoryMB = unaccountedMemoryMB
+			}
 			b.pools = append(b.pools, &pool{Pool: p, capacity: p.Capacity()})
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/agent"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/spec"
 )
 
 func envOf(pod *corev1.Pod) map[string]string {
@@ -26,7 +27,7 @@ func envOf(pod *corev1.Pod) map[string]string {
 func TestPodSpec(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{ServiceAccount: "trainer", ImagePullSecrets: []string{"regcred"}})
-	s := spec(1)
+	s := startSpec(1)
 	s.Timeout = 90 * time.Minute
 	if err := b.Start(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -91,7 +92,7 @@ func TestPodSpec(t *testing.T) {
 func TestSucceeded(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{})
-	if err := b.Start(context.Background(), spec(1)); err != nil {
+	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	if f := b.Free(); f.GPU != 7 || f.CPU != 62 {
@@ -118,7 +119,7 @@ func TestSucceeded(t *testing.T) {
 func TestFailedWithExitCode(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{})
-	if err := b.Start(context.Background(), spec(1)); err != nil {
+	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	c.run("virga-1-0")
@@ -133,7 +134,7 @@ func TestFailedWithExitCode(t *testing.T) {
 func TestOOMKilled(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{})
-	if err := b.Start(context.Background(), spec(1)); err != nil {
+	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	c.run("virga-1-0")
@@ -153,7 +154,7 @@ func TestOOMKilled(t *testing.T) {
 func TestQuickPodStartsThenExits(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{})
-	if err := b.Start(context.Background(), spec(1)); err != nil {
+	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	pod := c.get("virga-1-0")
@@ -209,7 +210,7 @@ func TestPreemptions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t)
 			b := c.backend(Config{})
-			if err := b.Start(context.Background(), spec(1)); err != nil {
+			if err := b.Start(context.Background(), startSpec(1)); err != nil {
 				t.Fatal(err)
 			}
 			c.run("virga-1-0")
@@ -240,7 +241,7 @@ func (c *cluster) finishDeleteOf(name string, code int32) {
 func TestDeletedBeforeItRanIsLost(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{})
-	if err := b.Start(context.Background(), spec(1)); err != nil {
+	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	c.schedule("virga-1-0", "n1")
@@ -254,7 +255,7 @@ func TestDeletedBeforeItRanIsLost(t *testing.T) {
 func TestEvictedBeforeItRanIsPreempted(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{})
-	if err := b.Start(context.Background(), spec(1)); err != nil {
+	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	c.schedule("virga-1-0", "spot-1")
@@ -270,7 +271,7 @@ func TestStopPassesGrace(t *testing.T) {
 	c := newCluster(t)
 	c.graceful = true
 	b := c.backend(Config{})
-	if err := b.Start(context.Background(), spec(1)); err != nil {
+	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	c.run("virga-1-0")
@@ -301,7 +302,7 @@ func TestStopPassesGrace(t *testing.T) {
 func TestStopZeroGraceSendsOneSecond(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{})
-	if err := b.Start(context.Background(), spec(1)); err != nil {
+	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Stop(1, 0); err != nil {
@@ -321,7 +322,7 @@ func TestGang(t *testing.T) {
 	c.graceful = true
 	b := c.backend(Config{Namespace: "ml"})
 	c.ns = "ml"
-	s := spec(7)
+	s := startSpec(7)
 	s.Nodes, s.ProcessesPerNode = 2, 4
 	s.Resources = virga.Resources{CPU: 16, MemoryMB: 64 << 10, GPU: 8}
 	if err := b.Start(context.Background(), s); err != nil {
@@ -379,7 +380,7 @@ func TestGang(t *testing.T) {
 func TestGangOnePodFails(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{})
-	s := spec(3)
+	s := startSpec(3)
 	s.Nodes = 2
 	if err := b.Start(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -399,7 +400,7 @@ func TestGangOnePodFails(t *testing.T) {
 func TestGangSucceeds(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{})
-	s := spec(3)
+	s := startSpec(3)
 	s.Nodes = 2
 	if err := b.Start(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -419,7 +420,7 @@ func TestGangCreateFailsDeletesTheRest(t *testing.T) {
 	c := newCluster(t)
 	c.failCreate = 2
 	b := c.backend(Config{})
-	s := spec(4)
+	s := startSpec(4)
 	s.Nodes = 2
 	err := b.Start(context.Background(), s)
 	if err == nil {
@@ -438,7 +439,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	c := newCluster(t)
 	b1 := c.backend(Config{FinishedTTL: -1})
 	for id := int64(1); id <= 3; id++ {
-		if err := b1.Start(context.Background(), spec(id)); err != nil {
+		if err := b1.Start(context.Background(), startSpec(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -484,7 +485,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	if err := b2.Adopt(ctx, &virga.Attempt{ID: 1}, virga.Resources{}); !errors.Is(err, virga.ErrConflict) {
 		t.Errorf("adopting twice: %v", err)
 	}
-	if err := b2.Start(ctx, spec(1)); !errors.Is(err, virga.ErrConflict) {
+	if err := b2.Start(ctx, startSpec(1)); !errors.Is(err, virga.ErrConflict) {
 		t.Errorf("starting an adopted attempt: %v", err)
 	}
 	c.exit("virga-1-0", 0)
@@ -501,7 +502,7 @@ func TestAdoptStoppingAttempt(t *testing.T) {
 	c := newCluster(t)
 	c.graceful = true
 	b1 := c.backend(Config{})
-	if err := b1.Start(context.Background(), spec(1)); err != nil {
+	if err := b1.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	c.run("virga-1-0")
@@ -528,7 +529,7 @@ func TestAdoptStoppingAttempt(t *testing.T) {
 func TestAdoptGangMissingANode(t *testing.T) {
 	c := newCluster(t)
 	b1 := c.backend(Config{})
-	s := spec(5)
+	s := startSpec(5)
 	s.Nodes = 2
 	if err := b1.Start(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -553,7 +554,7 @@ func TestAdoptGangMissingANode(t *testing.T) {
 func TestFinishedPodsAreDeletedAfterTTL(t *testing.T) {
 	c := newCluster(t)
 	b := c.backend(Config{FinishedTTL: 20 * time.Millisecond})
-	if err := b.Start(context.Background(), spec(1)); err != nil {
+	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	c.run("virga-1-0")
@@ -579,7 +580,7 @@ func TestPools(t *testing.T) {
 	if got, want := b.Capacity(), (virga.Resources{CPU: 48, MemoryMB: 192 << 10, GPU: 6}); got != want {
 		t.Errorf("capacity %+v, want %+v", got, want)
 	}
-	s := spec(1)
+	s := startSpec(1)
 	s.Pool = "spot"
 	if err := b.Start(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -599,7 +600,7 @@ func TestPools(t *testing.T) {
 		ps[1].Warning != 30*time.Second || ps[1].Free.GPU != 3 || ps[0].Free.GPU != 2 {
 		t.Errorf("pools %+v", ps)
 	}
-	s = spec(2)
+	s = startSpec(2)
 	if err := b.Start(context.Background(), s); err != nil { // default: on-demand
 		t.Fatal(err)
 	}
@@ -607,13 +608,13 @@ func TestPools(t *testing.T) {
 	if a := pod.Spec.Affinity; a == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Operator != corev1.NodeSelectorOpDoesNotExist {
 		t.Errorf("affinity %+v", a)
 	}
-	s = spec(3)
+	s = startSpec(3)
 	s.Resources.GPU = 2
 	s.Nodes = 1
 	if err := b.Start(context.Background(), s); !errors.Is(err, virga.ErrNoCapacity) {
 		t.Errorf("2 GPUs on one 1-GPU node: %v", err)
 	}
-	s = spec(4)
+	s = startSpec(4)
 	s.Resources = virga.Resources{CPU: 8, MemoryMB: 8192, GPU: 2}
 	s.Nodes = 2
 	if err := b.Start(context.Background(), s); !errors.Is(err, virga.ErrNoCapacity) {
@@ -678,9 +679,9 @@ func TestSpotSelectors(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	c := newCluster(t)
 	for _, cfg := range []Config{
-		{Image: "i", Capacity: virga.Resources{CPU: 1}},                              // no namespace
-		{Namespace: "n", Capacity: virga.Resources{CPU: 1}},                          // no image
-		{Namespace: "n", Image: "i"},                                                  // no capacity
+		{Image: "i", Capacity: virga.Resources{CPU: 1}},     // no namespace
+		{Namespace: "n", Capacity: virga.Resources{CPU: 1}}, // no image
+		{Namespace: "n", Image: "i"},                        // no capacity
 		{Namespace: "n", Image: "i", Instance: "Bad_Name", Capacity: virga.Resources{CPU: 1}},
 		{Namespace: "n", Image: "i", Pools: []Pool{{Name: "a", Node: virga.Resources{CPU: 1, MemoryMB: 1}}}}, // no nodes
 		{Namespace: "n", Image: "i", Pools: []Pool{{Name: "a", Nodes: 1, Node: virga.Resources{CPU: 1, MemoryMB: 1}},
@@ -699,7 +700,48 @@ func TestEventsClosedByClose(t *testing.T) {
 	if _, ok := <-b.Events(); ok {
 		t.Error("events still open")
 	}
-	if err := b.Start(context.Background(), spec(1)); err == nil {
+	if err := b.Start(context.Background(), startSpec(1)); err == nil {
 		t.Error("start after close")
 	}
+}
+
+func TestPoolFromSpec(t *testing.T) {
+	sp := &spec.Pool{Name: "a100-spot", Node: spec.NodeShape{CPU: 12, MemoryMB: 85 << 10, GPU: 1}, Nodes: spec.NodeCount{Max: 8},
+		Market: spec.Spot, Warning: spec.Duration(30 * time.Second), Kubernetes: &spec.KubernetesPool{
+			NodeSelector: map[string]string{"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
+			Tolerations:  []spec.Toleration{{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"}},
+			Provider:     "gke"}}
+	p, err := PoolFromSpec(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name != "a100-spot" || p.Nodes != 8 || !p.Spot || p.Warning != 30*time.Second || p.Node.GPU != 1 ||
+		p.NodeSelector["cloud.google.com/gke-spot"] != "true" || p.NodeSelector["cloud.google.com/gke-accelerator"] != "nvidia-tesla-a100" ||
+		len(p.Tolerations) != 2 || p.Tolerations[0].Operator != corev1.TolerationOpExists {
+		t.Errorf("pool %+v", p)
+	}
+	sp = &spec.Pool{Name: "od", Node: spec.NodeShape{CPU: 4}, Nodes: spec.NodeCount{Min: 2, Max: 2}, Market: spec.OnDemand,
+		Kubernetes: &spec.KubernetesPool{Provider: "karpenter"}}
+	p, err = PoolFromSpec(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spot || p.NodeSelector["karpenter.sh/capacity-type"] != "on-demand" || p.Nodes != 2 {
+		t.Errorf("pool %+v", p)
+	}
+	// A node without memory does not count memory.
+	c := newCluster(t)
+	b := c.backend(Config{Pools: []Pool{p}})
+	if err := b.Start(context.Background(), spec1()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PoolFromSpec(&spec.Pool{Name: "x", Node: spec.NodeShape{CPU: 1}, Kubernetes: &spec.KubernetesPool{Provider: "nimbus"}}); err == nil {
+		t.Error("unknown provider accepted")
+	}
+}
+
+func spec1() *backend.StartSpec {
+	s := startSpec(1)
+	s.Resources.GPU = 0
+	return s
 }

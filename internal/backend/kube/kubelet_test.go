@@ -287,7 +287,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func spec(id int64) *backend.StartSpec {
+func startSpec(id int64) *backend.StartSpec {
 	return &backend.StartSpec{AttemptID: id, TrialID: 10 + id, ExperimentID: 1, Argv: []string{"python", "train.py", "--lr=0.1"},
 		Env: map[string]string{"VIRGA_HPARAMS": `{"lr":0.1}`}, Resources: virga.Resources{CPU: 2, MemoryMB: 4096, GPU: 1},
 		Nodes: 1, ProcessesPerNode: 1, StopGrace: 30 * time.Second, ReportURL: fmt.Sprintf("http://virga.virga:7070/api/v1/attempts/%d/report", id),
