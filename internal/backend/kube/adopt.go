@@ -108,6 +108,10 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 		p.reserved = p.reserved.Add(res)
 	}
 	b.attempts[at.ID] = a
+	for _, ps := range a.pods {
+		b.watchTerminating(a, ps)
+	}
+	b.watchStart(a, first.CreationTimestamp.Time)
 	dels := b.evaluate(a)
 	b.mu.Unlock()
 	_ = b.deleteAll(dels, grace)

@@ -110,6 +110,23 @@ type Config struct {
 	// `kubectl logs`) before the backend deletes them; default 10 minutes,
 	// negative keeps them.
 	FinishedTTL time.Duration
+	// StartTimeout, if positive, ends an attempt whose pods do not all run
+	// within it of its start (no node could be had, an image that cannot be
+	// pulled): its pods are deleted and it is reported Exited without
+	// Started, Preempted on a spot pool (its capacity is not there) and
+	// Lost otherwise. Zero waits as long as it takes (an autoscaler may take
+	// minutes to add a node).
+	StartTimeout time.Duration
+	// LostAfter is how long a pod may stay terminating past the end of its
+	// deletion's grace period before it is taken as gone with its node (the
+	// kubelet of an unreachable node never confirms the deletion); default
+	// 1 minute.
+	LostAfter time.Duration
+	// NodeLostAfter, if positive, is how long pods tolerate their node being
+	// unreachable or not ready before the taint manager evicts them (the
+	// cluster's default is 5 minutes): a spot node that vanished without
+	// notice is then noticed sooner.
+	NodeLostAfter time.Duration
 	// APITimeout bounds each API call; default 30 s. SyncTimeout bounds the
 	// informer's first list in New; default 60 s.
 	APITimeout  time.Duration
@@ -197,6 +214,9 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 	}
 	if cfg.FinishedTTL == 0 {
 		cfg.FinishedTTL = 10 * time.Minute
+	}
+	if cfg.LostAfter <= 0 {
+		cfg.LostAfter = time.Minute
 	}
 	if cfg.APITimeout <= 0 {
 		cfg.APITimeout = 30 * time.Second
@@ -346,6 +366,26 @@ func (b *Backend) Close() error {
 	b.factory.Shutdown()
 	b.q.close()
 	return nil
+}
+
+// after runs f after d unless the backend is closed first. Called with b.mu
+// held; f runs without it.
+func (b *Backend) after(d time.Duration, f func()) {
+	if b.closed {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(max(d, 0), func() {
+		b.mu.Lock()
+		if b.timers == nil || !b.timers[t] {
+			b.mu.Unlock()
+			return
+		}
+		delete(b.timers, t)
+		b.mu.Unlock()
+		f()
+	})
+	b.timers[t] = true
 }
 
 func (b *Backend) poolNamed(name string) (*pool, error) {

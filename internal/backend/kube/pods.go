@@ -127,6 +127,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 			dels = append(dels, podName(a.name, i))
 		}
 	}
+	b.watchStart(a, b.cfg.Now())
 	dels = append(dels, b.evaluate(a)...)
 	grace := a.stopGrace
 	b.mu.Unlock()
@@ -198,6 +199,13 @@ func (b *Backend) pod(s *backend.StartSpec, a *attempt, p *pool, per virga.Resou
 				Resources:       corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()},
 			}},
 		},
+	}
+	if d := b.cfg.NodeLostAfter; d > 0 {
+		secs := int64(math.Ceil(d.Seconds()))
+		for _, key := range []string{"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"} {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: key,
+				Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs})
+		}
 	}
 	if s.Timeout > 0 {
 		pod.Spec.ActiveDeadlineSeconds = ptr(int64(math.Ceil(s.Timeout.Seconds())))

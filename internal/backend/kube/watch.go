@@ -36,6 +36,12 @@ type attempt struct {
 	// as preempted (empty: it does not).
 	cause   int
 	preempt string
+	// abort, when set, says why the backend itself ended the attempt
+	// before it ran (StartTimeout, an image that can never be pulled); its
+	// pods are being deleted. abortPreempted reports it Preempted rather
+	// than Lost.
+	abort          string
+	abortPreempted bool
 }
 
 // podState is what the backend knows of one pod of an attempt.
@@ -44,6 +50,10 @@ type podState struct {
 	gone     bool        // deleted from the API
 	deleting bool        // Virga asked for its deletion
 	ran      bool        // its container ran at some point
+	// stuck: it stayed terminating LostAfter past its grace period: taken
+	// as gone with its node.
+	stuck    bool
+	watching bool // a timer for stuck is set
 }
 
 // onPod is the informer's handler for every add, update and delete of one of
@@ -73,10 +83,79 @@ func (b *Backend) onPod(obj any, gone bool) {
 	ps := a.pods[rank]
 	ps.pod = pod
 	ps.gone = ps.gone || gone
+	b.watchTerminating(a, ps)
 	dels := b.evaluate(a)
 	grace := a.grace
 	b.mu.Unlock()
 	_ = b.deleteAll(dels, grace)
+}
+
+// watchTerminating sets a timer for a pod being deleted: if it is still
+// there LostAfter past its deletion's deadline, its node is taken as gone.
+// Called with b.mu held.
+func (b *Backend) watchTerminating(a *attempt, ps *podState) {
+	if ps.watching || ps.gone || ps.pod == nil || ps.pod.DeletionTimestamp == nil {
+		return
+	}
+	ps.watching = true
+	d := ps.pod.DeletionTimestamp.Time.Add(b.cfg.LostAfter).Sub(time.Now())
+	b.after(d, func() {
+		b.mu.Lock()
+		if b.attempts[a.id] != a || ps.gone {
+			b.mu.Unlock()
+			return
+		}
+		ps.stuck = true
+		dels := b.evaluate(a)
+		grace := a.grace
+		b.mu.Unlock()
+		_ = b.deleteAll(dels, grace)
+	})
+}
+
+// fatalWaiting are the reasons a container waits that no retry of the
+// kubelet can cure.
+var fatalWaiting = map[string]bool{"InvalidImageName": true, "ErrImageNeverPull": true}
+
+// abortAttempt ends an attempt that has not run: its pods are deleted and
+// it is reported with why once they are gone. Called with b.mu held; returns
+// the pods to delete.
+func (b *Backend) abortAttempt(a *attempt, why string, preempted bool) (dels []string) {
+	if a.exited || a.abort != "" {
+		return nil
+	}
+	a.abort, a.abortPreempted = why, preempted
+	for r, ps := range a.pods {
+		if !ps.deleting && !ps.gone {
+			ps.deleting = true
+			dels = append(dels, podName(a.name, r))
+		}
+	}
+	return append(dels, b.evaluate(a)...)
+}
+
+// watchStart sets the StartTimeout timer of an attempt. Called with b.mu
+// held.
+func (b *Backend) watchStart(a *attempt, since time.Time) {
+	if b.cfg.StartTimeout <= 0 || a.started || a.exited {
+		return
+	}
+	b.after(time.Until(since.Add(b.cfg.StartTimeout)), func() {
+		b.mu.Lock()
+		if b.attempts[a.id] != a || a.started || a.stopping {
+			b.mu.Unlock()
+			return
+		}
+		spot := a.pool != nil && a.pool.Spot
+		why := fmt.Sprintf("its pods did not all run within %s", b.cfg.StartTimeout)
+		if spot {
+			why += fmt.Sprintf(" (no capacity in spot pool %q)", a.pool.Name)
+		}
+		dels := b.abortAttempt(a, why, spot)
+		grace := a.grace
+		b.mu.Unlock()
+		_ = b.deleteAll(dels, grace)
+	})
 }
 
 // podView is what one pod's last status says.
@@ -89,6 +168,7 @@ type podView struct {
 	term    *corev1.ContainerStateTerminated
 	node    string
 	reason  string // status reason and message, for Exited's Message
+	fatal   string // the container waits for good (an invalid image)
 }
 
 // Reasons of the DisruptionTarget condition and pod status reasons that mean
@@ -104,11 +184,17 @@ var (
 	}
 )
 
-func (b *Backend) view(a *attempt, ps *podState) podView {
-	var v podView
+func (b *Backend) view(a *attempt, ps *podState) (v podView) {
 	if ps.pod == nil {
 		v.ended = ps.gone
 		return v
+	}
+	if ps.stuck && v.preempt == "" && !ps.deleting && !a.stopping {
+		defer func() {
+			if v.preempt == "" {
+				v.preempt = fmt.Sprintf("still terminating %s after its grace period: its node is gone", b.cfg.LostAfter)
+			}
+		}()
 	}
 	pod := ps.pod
 	v.node = pod.Spec.NodeName
@@ -122,6 +208,8 @@ func (b *Backend) view(a *attempt, ps *podState) podView {
 		case cs.State.Terminated != nil:
 			v.term = cs.State.Terminated
 			v.ran = !cs.State.Terminated.StartedAt.IsZero()
+		case cs.State.Waiting != nil && fatalWaiting[cs.State.Waiting.Reason]:
+			v.fatal = cs.State.Waiting.Reason + ": " + cs.State.Waiting.Message
 		}
 		if cs.LastTerminationState.Terminated != nil && v.term == nil {
 			v.term = cs.LastTerminationState.Terminated
@@ -140,7 +228,7 @@ func (b *Backend) view(a *attempt, ps *podState) podView {
 		v.ended = true
 		v.running = false
 	}
-	v.ended = v.ended || ps.gone
+	v.ended = v.ended || ps.gone || ps.stuck
 	if pod.Status.Reason != "" {
 		v.reason = pod.Status.Reason
 		if pod.Status.Message != "" {
@@ -199,6 +287,13 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 			a.cause = r
 		}
 	}
+	if a.abort == "" && !a.started && !a.stopping {
+		for r, v := range views {
+			if v.fatal != "" {
+				return b.abortAttempt(a, fmt.Sprintf("pod %s cannot start: %s", podName(a.name, r), v.fatal), false)
+			}
+		}
+	}
 	now := b.cfg.Now()
 	if !a.started && allRan {
 		a.started = true
@@ -240,6 +335,17 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 	msg := []string{}
 	if a.preempt != "" {
 		msg = append(msg, "preempted: "+a.preempt)
+	}
+	if a.abort != "" && !a.started {
+		ev.Preempted, ev.Lost = a.abortPreempted, !a.abortPreempted
+		if ev.Preempted {
+			ev.Signal = "killed"
+		}
+		ev.Message = a.abort
+		a.exited = true
+		b.q.push(ev)
+		b.finish(a)
+		return dels
 	}
 	if t := v.term; t != nil {
 		if sig := t.Signal; sig != 0 {
@@ -305,23 +411,8 @@ func (b *Backend) finish(a *attempt) {
 	if len(left) == 0 {
 		return
 	}
-	var t *time.Timer
-	t = time.AfterFunc(b.cfg.FinishedTTL, func() {
-		b.mu.Lock()
-		if b.timers == nil || !b.timers[t] {
-			b.mu.Unlock()
-			return
-		}
-		delete(b.timers, t)
-		b.mu.Unlock()
-		_ = b.deleteAll(left, 0)
-	})
-	b.timers[t] = true
+	b.after(b.cfg.FinishedTTL, func() { _ = b.deleteAll(left, 0) })
 }
-
-// shellSignals are the exit codes 128+N of the signals that end a trial:
-// SIGINT, SIGABRT, SIGKILL, SIGSEGV, SIGTERM.
-var shellSignals = map[int32]bool{130: true, 134: true, 137: true, 139: true, 143: true}
 
 func (a *attempt) poolName() string {
 	if a.pool == nil {
@@ -359,3 +450,7 @@ func finishedAt(pod *corev1.Pod) time.Time {
 	}
 	return pod.CreationTimestamp.Time
 }
+
+// shellSignals are the exit codes 128+N of the signals that end a trial:
+// SIGINT, SIGABRT, SIGKILL, SIGSEGV, SIGTERM.
+var shellSignals = map[int32]bool{130: true, 134: true, 137: true, 139: true, 143: true}
