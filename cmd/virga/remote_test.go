@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/agent"
@@ -116,10 +121,46 @@ func (b *agentBackend) Close() error {
 // after step 2, and its next attempt resumes from the checkpoint its agent
 // uploaded (fetched back by the next agent), repeating no step.
 func TestRemoteAgentCheckpointsThroughTheAPI(t *testing.T) {
+	t.Run("directory", func(t *testing.T) { testRemoteAgent(t, "") })
+	t.Run("s3", func(t *testing.T) {
+		u, objects := fakeS3(t)
+		testRemoteAgent(t, u)
+		// keep_last 2 (the default) for each of the 2 trials
+		if n := objects(); n < 2 || n > 4 {
+			t.Errorf("the S3 bucket holds %d checkpoint objects; want 2 to 4", n)
+		}
+	})
+}
+
+// fakeS3 starts an S3-compatible server in this process with one bucket and
+// returns the checkpoint storage URL for it and a count of its objects.
+func fakeS3(t *testing.T) (string, func() int) {
+	mem := s3mem.New()
+	if err := mem.CreateBucket("ckpt"); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(gofakes3.New(mem).Server())
+	t.Cleanup(ts.Close)
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_PROFILE": "",
+		"AWS_CONFIG_FILE": filepath.Join(t.TempDir(), "none"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(t.TempDir(), "none"),
+		"AWS_EC2_METADATA_DISABLED": "true"} {
+		t.Setenv(k, v)
+	}
+	objects := func() int {
+		objs, err := mem.ListBucket("ckpt", &gofakes3.Prefix{}, gofakes3.ListBucketPage{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(objs.Contents)
+	}
+	return "s3://ckpt?endpoint=" + url.QueryEscape(ts.URL) + "&use_path_style=true&region=us-east-1&disable_https=true", objects
+}
+
+func testRemoteAgent(t *testing.T, checkpoints string) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "state")
 	be := newAgentBackend(virgaBin)
-	srv, err := server.Start(context.Background(), server.Config{DataDir: data, Backend: be, Version: "test"})
+	srv, err := server.Start(context.Background(), server.Config{DataDir: data, Backend: be, Version: "test", Checkpoints: checkpoints})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +196,11 @@ func TestRemoteAgentCheckpointsThroughTheAPI(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(data, "trials", strconv.FormatInt(tr.ID, 10))); err == nil {
 			t.Errorf("trial %d has a checkpoint directory on the server; a remote attempt's lives on its node", tr.ID)
+		}
+	}
+	if checkpoints != "" {
+		if _, err := os.Stat(filepath.Join(data, "checkpoints")); err == nil {
+			t.Errorf("checkpoints were written to the data directory; want them all in %s", checkpoints)
 		}
 	}
 }

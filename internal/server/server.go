@@ -96,6 +96,7 @@ type Server struct {
 	ctl     *control.Controller
 	st      store.Store
 	be      backend.Backend
+	cks     checkpoint.Storage
 	httpSrv *http.Server
 	lock    *os.File
 	cancel  context.CancelFunc
@@ -180,10 +181,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if s.Token, err = s.adminToken(ctx); err != nil {
 		return nil, err
 	}
-	cks, err := checkpoint.Open(filepath.Join(dir, "checkpoints"))
+	var cks checkpoint.Storage
+	if cfg.Checkpoints == "" {
+		cks, err = checkpoint.Open(filepath.Join(dir, "checkpoints"))
+	} else {
+		cks, err = checkpoint.OpenURL(ctx, cfg.Checkpoints)
+	}
 	if err != nil {
 		return nil, err
 	}
+	s.cks = cks
 	warm := cfg.WarmShims
 	if warm == 0 {
 		warm = 4
@@ -331,6 +338,9 @@ func (s *Server) closeParts() {
 	}
 	if s.st != nil {
 		_ = s.st.Close()
+	}
+	if s.cks != nil {
+		_ = s.cks.Close()
 	}
 	if s.lock != nil {
 		_ = s.lock.Close()
