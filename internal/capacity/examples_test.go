@@ -13,7 +13,8 @@ func TestExampleCapacityFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 2 {
+	files = append(files, "../../examples/ddp-torch/slurm.yaml")
+	if len(files) < 3 {
 		t.Fatalf("found %d example capacity files, want local-spot.yaml and aws-p3.yaml at least", len(files))
 	}
 	for _, f := range files {
