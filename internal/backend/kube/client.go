@@ -68,6 +68,11 @@ func NewClient(path string) (*Client, error) {
 	if ns == "" {
 		ns = "default"
 	}
+	// client-go's default of 5 requests per second would make a burst of
+	// starts (a pod per node of each attempt) wait on the client side.
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 100
+	}
 	c := &Client{Namespace: ns}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
