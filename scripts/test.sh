@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Virga's whole test suite, from a fresh clone on a fresh Debian machine:
-# installs what is missing (PostgreSQL, Python with PyTorch, Optuna and matplotlib), starts PostgreSQL,
-# runs every Go test with the race detector, the Python tests, and a short fuzz
-# pass of every parser, then stops what it started.
+# installs what is missing (PostgreSQL, Python with PyTorch, Optuna and matplotlib, Slurm), starts PostgreSQL
+# and a single-host Slurm cluster (scripts/slurm.sh), runs every Go test with the race detector, the Python
+# tests, and a short fuzz pass of every parser, then stops what it started.
 #   scripts/test.sh            everything
 #   VIRGA_TEST_QUICK=1 ...     skip the fuzz pass
 set -euo pipefail
@@ -26,10 +26,15 @@ if ! pg_lsclusters -h 2>/dev/null | awk '$1==15 && $2=="main" {print $4}' | grep
 fi
 VIRGA_TEST_POSTGRES=$(scripts/postgres.sh start | tail -n 1)
 export VIRGA_TEST_POSTGRES
+started_slurm=0
+scripts/slurm.sh status >/dev/null 2>&1 || started_slurm=1
 cleanup() {
+  if [ "$started_slurm" = 1 ]; then scripts/slurm.sh stop; fi
   if [ "$started_pg" = 1 ]; then scripts/postgres.sh stop; fi
 }
 trap cleanup EXIT
+scripts/slurm.sh start
+export VIRGA_TEST_SLURM=1
 
 echo "== go vet"
 go vet ./...
@@ -65,11 +70,12 @@ fuzz() {
 }
 
 if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
-  echo "== fuzz (15s per parser: experiment files, capacity files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format)"
+  echo "== fuzz (15s per parser: experiment files, capacity files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format and for squeue output)"
   fuzz FuzzParse 15 ./internal/spec
   fuzz FuzzParseCapacity 15 ./internal/spec
   fuzz FuzzReportDecode 15 ./internal/api
   fuzz FuzzMetricLine 15 ./internal/backend/local
+  fuzz FuzzParseQueue 10 ./internal/backend/slurm
   fuzz FuzzRestore 15 ./internal/search
   fuzz FuzzRead 15 ./internal/search/replay
   fuzz FuzzPredict 15 ./internal/search/curve
