@@ -86,6 +86,10 @@ type Config struct {
 	// ServiceAccount runs the pods (empty: the namespace's default). The
 	// agent needs no Kubernetes API access.
 	ServiceAccount string
+	// Workdir, if set, is the trial's working directory in the pod (the
+	// agent's spec and the container's); empty keeps the experiment's, which
+	// the agent uses if the image has it and ignores otherwise.
+	Workdir string
 	// Command is the container's command; default ["virga", "agent"].
 	Command []string
 	// Instance tells apart the servers that share a namespace: it is the

@@ -73,7 +73,11 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	b.attempts[s.AttemptID] = a
 	b.mu.Unlock()
 
-	env := agent.FromStart(s).Encode()
+	as := agent.FromStart(s)
+	if b.cfg.Workdir != "" {
+		as.Workdir = b.cfg.Workdir
+	}
+	env := as.Encode()
 	var created []string
 	var pod0 *corev1.Pod
 	fail := func(err error) error {
@@ -195,6 +199,7 @@ func (b *Backend) pod(s *backend.StartSpec, a *attempt, p *pool, per virga.Resou
 				Image:           b.cfg.Image,
 				ImagePullPolicy: b.cfg.ImagePullPolicy,
 				Command:         b.cfg.Command,
+				WorkingDir:      b.cfg.Workdir,
 				Env:             env,
 				Resources:       corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()},
 			}},
