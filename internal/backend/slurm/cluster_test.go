@@ -60,7 +60,11 @@ func newHarness(t *testing.T, prefix string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Pools: testPools(), AgentPath: exe, JobPrefix: prefix, PollInterval: 250 * time.Millisecond}
+	return newHarnessWith(t, Config{Pools: testPools(), AgentPath: exe, JobPrefix: prefix, PollInterval: 250 * time.Millisecond})
+}
+
+func newHarnessWith(t *testing.T, cfg Config) *harness {
+	t.Helper()
 	if os.Getenv("VIRGA_SLURM_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
