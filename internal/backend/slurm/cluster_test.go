@@ -41,6 +41,7 @@ func testPools() []Pool {
 		{Name: "od1", Partition: "ondemand", Node: shape, Nodes: 1, Args: []string{"--nodelist=virga1"}},
 		{Name: "od2", Partition: "ondemand", Node: shape, Nodes: 1, TimeLimit: time.Minute, Args: []string{"--nodelist=virga2"}},
 		{Name: "ondemand", Partition: "ondemand", Node: shape, Nodes: 2},
+		{Name: "requeue1", Partition: "spot", Node: shape, Nodes: 1, Preemptible: true, Args: []string{"--nodelist=virga1", "--requeue"}},
 		{Name: "wide1", Partition: "ondemand", Node: shape, Nodes: 5, Args: []string{"--nodelist=virga1"}},
 	}
 }
@@ -333,6 +334,37 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("attempt %d's job is %s after its preemption", id, st)
 			}
 		}
+	})
+
+	t.Run("requeued", func(t *testing.T) {
+		// A site that requeues preempted jobs (here: --requeue and an
+		// explicit requeue): Virga cancels the job and reports it
+		// preempted, to place its next attempt itself.
+		m := t.TempDir()
+		if err := h.b.Start(ctx, startSpec(t, 15, "requeue1", m, "run", "600", "0")); err != nil {
+			t.Fatal(err)
+		}
+		h.wait(t, 15, backend.Started, 60*time.Second)
+		waitFile(t, filepath.Join(m, "start-0"))
+		name := JobName(h.b.cfg.JobPrefix, 15)
+		id, err := exec.Command("squeue", "--me", "-h", "--name="+name, "-o", "%i").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("scontrol", "requeue", strings.TrimSpace(string(id))).CombinedOutput(); err != nil {
+			t.Fatalf("scontrol requeue: %v: %s", err, out)
+		}
+		ev := h.exited(t, 15, 30*time.Second, true)
+		if !ev.Preempted || !strings.Contains(ev.Message, "requeued") {
+			t.Fatalf("requeued: %+v, want preempted", ev)
+		}
+		for range 50 {
+			if st := squeueState(t, name); st != "PENDING" && st != "REQUEUED" && st != "RUNNING" {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("the requeued job is still %s", squeueState(t, name))
 	})
 
 	t.Run("adopt", func(t *testing.T) {
