@@ -95,7 +95,8 @@ type Config struct {
 	// Instance tells apart the servers that share a namespace: it is the
 	// value of the virga.dev/instance label the informer selects on, and the
 	// prefix of pod names (<instance>-<attempt id>-<rank>). Default "virga".
-	// A DNS label of at most 40 characters.
+	// A DNS label starting with a letter, of at most 30 characters (pod
+	// hostnames must fit in 63).
 	Instance string
 	// Pools are the capacity pools, the first being the default. With none,
 	// the backend has one unnamed pool of Capacity on any node.
@@ -144,7 +145,7 @@ type Config struct {
 // counted (a capacity file's node without memory): 1 PiB.
 const unaccountedMemoryMB = 1 << 30
 
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+var dnsLabel = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 
 // pool is the backend's state of one pool; reserved is guarded by
 // Backend.mu.
@@ -210,8 +211,8 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 	if cfg.Instance == "" {
 		cfg.Instance = "virga"
 	}
-	if len(cfg.Instance) > 40 || !dnsLabel.MatchString(cfg.Instance) {
-		return nil, fmt.Errorf("kubernetes backend: instance %q must be a DNS label (a-z, 0-9, '-') of at most 40 characters", cfg.Instance)
+	if len(cfg.Instance) > 30 || !dnsLabel.MatchString(cfg.Instance) {
+		return nil, fmt.Errorf("kubernetes backend: instance %q must be a DNS label (a-z, 0-9, '-', starting with a letter) of at most 30 characters", cfg.Instance)
 	}
 	if cfg.GPUResource == "" {
 		cfg.GPUResource = GPUResource

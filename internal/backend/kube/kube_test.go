@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/agent"
@@ -744,4 +746,41 @@ func spec1() *backend.StartSpec {
 	s := startSpec(1)
 	s.Resources.GPU = 0
 	return s
+}
+
+// A Stop that comes while Start is still creating a gang's pods deletes them
+// once they exist.
+func TestStopDuringStart(t *testing.T) {
+	c := newCluster(t)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	c.cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		entered <- struct{}{}
+		<-release
+		return false, nil, nil
+	})
+	b := c.backend(Config{})
+	s := startSpec(1)
+	s.Nodes = 2
+	done := make(chan error, 1)
+	go func() { done <- b.Start(context.Background(), s) }()
+	<-entered
+	if err := b.Stop(1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ev := next(t, b)
+	if ev.Kind != backend.Exited || ev.Preempted || ev.Lost || ev.Signal != "terminated" {
+		t.Fatalf("got %+v", ev)
+	}
+	if c.exists("virga-1-0") || c.exists("virga-1-1") {
+		t.Error("pods left after a stop during the start")
+	}
+	if d := c.deleteOptions(); len(d) != 2 || *d[0].GracePeriodSeconds != 10 {
+		t.Errorf("deletes %+v", d)
+	}
+	none(t, b)
 }

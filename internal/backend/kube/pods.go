@@ -133,9 +133,12 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	}
 	b.watchStart(a, b.cfg.Now())
 	dels = append(dels, b.evaluate(a)...)
-	grace := a.stopGrace
+	grace := a.grace
+	if a.stopping {
+		grace = a.stopGrace
+	}
 	b.mu.Unlock()
-	b.deleteAll(dels, grace)
+	_ = b.deleteAll(dels, grace)
 	return nil
 }
 
