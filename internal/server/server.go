@@ -203,8 +203,25 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		now := time.Now()
-		if pools, err = LocalPools(cfg.CapacityFile, set, now, mrand.New(mrand.NewPCG(uint64(now.UnixNano()), 0x90015))); err != nil {
+		file, _, err := spec.LoadCapacity(cfg.CapacityFile)
+		if err != nil {
+			return nil, err
+		}
+		kind, err := poolBackend(cfg.CapacityFile, file)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case cfg.Backend != nil:
+		case kind == spec.BackendSlurm:
+			cfg.Backend, err = slurmBackend(&cfg, file, cfg.Logger)
+		case kind == spec.BackendKubernetes:
+			cfg.Backend, err = kubeBackend(&cfg, file, cfg.Logger)
+		default:
+			now := time.Now()
+			pools, err = LocalPools(cfg.CapacityFile, set, now, mrand.New(mrand.NewPCG(uint64(now.UnixNano()), 0x90015)))
+		}
+		if err != nil {
 			return nil, err
 		}
 		if cfg.Pricer == nil {

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/server"
+)
+
+func needSlurm(t *testing.T) {
+	t.Helper()
+	if os.Getenv("VIRGA_TEST_SLURM") == "" {
+		t.Skip("VIRGA_TEST_SLURM is not set: start the test cluster with scripts/slurm.sh start and export VIRGA_TEST_SLURM=1 (scripts/test.sh does both)")
+	}
+}
+
+// slurmCapacity writes a capacity file of the test cluster's spot partition.
+func slurmCapacity(t *testing.T, dir string) string {
+	p := filepath.Join(dir, "slurm.yaml")
+	y := `pools:
+  - name: spot
+    backend: slurm
+    slurm: {partition: spot}
+    node: {cpu: 2, memory: 1000MiB}
+    nodes: 2
+    market: spot
+    preemption: none
+    price: 0.3
+    on_demand_price: 1
+`
+	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSlurmPreemptionEndToEnd runs an experiment on the real Slurm test
+// cluster through `virga agent`, and preempts its trials with a
+// high-priority job that takes both nodes: the experiment completes, every
+// step is acknowledged, each preemption repeats at most the one step after
+// the last checkpoint (the checkpoint interval), preemptions count no
+// restart, and the attempts that Slurm preempted end PREEMPTED.
+func TestSlurmPreemptionEndToEnd(t *testing.T) {
+	needSlurm(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.Start(context.Background(), server.Config{DataDir: filepath.Join(dir, "state"), Version: "test",
+		CapacityFile: slurmCapacity(t, dir), Agent: virgaBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := client.New(srv.URL, srv.Token)
+	exp := stepExperiment(t, dir, "slurm-preempt", 2, 2, 40, 150, "")
+	b, _ := os.ReadFile(exp)
+	b = []byte(strings.Replace(string(b), "stop_grace: 5s", "stop_grace: 10s\nresources: {cpu: 1, memory: 200MiB}", 1))
+	e, err := c.Submit(context.Background(), "slurm-preempt.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both trials to pass step 5 on Slurm", 90*time.Second, func() bool {
+		ts, err := c.Trials(context.Background(), e.ID)
+		if err != nil || len(ts) != 2 {
+			return false
+		}
+		return ts[0].Step >= 5 && ts[1].Step >= 5
+	})
+	// A job of the high-priority partition that needs both whole nodes.
+	out, err := exec.Command("sbatch", "--parsable", "--partition=ondemand", "--nodes=2", "--exclusive",
+		"--job-name=virga-test-preemptor", "--output=/dev/null", "--wrap=sleep 3").CombinedOutput()
+	if err != nil {
+		t.Fatalf("sbatch of the preempting job: %v\n%s", err, out)
+	}
+	t.Logf("preempting job %s", strings.TrimSpace(string(out)))
+	waitDone(t, c, e.ID, 180*time.Second)
+
+	ts, err := c.Trials(context.Background(), e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	preempted := 0
+	for _, tr := range ts {
+		if tr.State != virga.TrialCompleted {
+			t.Errorf("trial %d: %s (%s); want COMPLETED", tr.ID, tr.State, tr.Message)
+		}
+		if tr.Restarts != 0 {
+			t.Errorf("trial %d: %d restarts; a preemption is not the trial's failure", tr.ID, tr.Restarts)
+		}
+		v, err := c.Trial(context.Background(), tr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outcomes []string
+		for _, a := range v.AttemptList {
+			outcomes = append(outcomes, fmt.Sprintf("%d:%s/%s", a.Number, a.Pool, a.Outcome))
+			if a.Outcome == virga.OutcomePreempted {
+				preempted++
+			}
+		}
+		l := readLedger(t, dir, tr.ID)
+		for s := range 40 {
+			if !l.acks[s] {
+				t.Errorf("trial %d: step %d never acknowledged", tr.ID, s)
+			}
+			// Checkpointed every step: a preemption repeats at most the
+			// step it interrupted.
+			if n := len(l.steps[s]); n > 1+len(l.starts)-1 {
+				t.Errorf("trial %d: step %d computed %d times over %d starts", tr.ID, s, n, len(l.starts))
+			}
+		}
+		repeated := 0
+		for _, pids := range l.steps {
+			repeated += len(pids) - 1
+		}
+		if repeated > len(l.starts)-1 {
+			t.Errorf("trial %d: %d steps repeated over %d resumptions; want at most one per resumption", tr.ID, repeated, len(l.starts)-1)
+		}
+		t.Logf("trial %d: attempts %v, starts %+v, steps repeated %d", tr.ID, outcomes, l.starts, repeated)
+	}
+	if preempted == 0 {
+		t.Fatalf("no attempt ended PREEMPTED; the high-priority job should have preempted both trials")
+	}
+}
