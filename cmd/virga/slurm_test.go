@@ -131,3 +131,58 @@ func TestSlurmPreemptionEndToEnd(t *testing.T) {
 		t.Fatalf("no attempt ended PREEMPTED; the high-priority job should have preempted both trials")
 	}
 }
+
+// TestDDPExampleSlurm runs examples/ddp-torch on the Slurm test cluster
+// (examples/ddp-torch/slurm.yaml), twice: as the example says (one node, two
+// processes), and as a gang of two nodes of one process each (one Slurm job
+// of --nodes=2, an agent per node, MASTER_ADDR the first node).
+func TestDDPExampleSlurm(t *testing.T) {
+	needSlurm(t)
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run(); err != nil {
+		t.Fatalf("the DDP example needs PyTorch under /usr/bin/python3 (Debian's python3-torch; scripts/test.sh installs it): %v", err)
+	}
+	root, _ := filepath.Abs("../..")
+	twoNodes := filepath.Join(t.TempDir(), "ddp-2nodes.yaml")
+	b, err := os.ReadFile(filepath.Join(root, "examples/ddp-torch/experiment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(string(b), "resources: {cpu: 1, processes_per_node: 2}", "resources: {cpu: 1, nodes: 2}", 1)
+	y = strings.Replace(y, "workdir: ../..", "workdir: "+root, 1)
+	y = strings.Replace(y, "values: [0.05, 0.2]", "values: [0.2]", 1)
+	if err := os.WriteFile(twoNodes, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, file, world string }{
+		{"one node, two processes", "examples/ddp-torch/experiment.yaml", "2"},
+		{"two nodes", twoNodes, "2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "state")
+			if err := os.Chmod(filepath.Dir(data), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(virgaBin, "run", "--data-dir", data, c.file, "--capacity", "examples/ddp-torch/slurm.yaml")
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("virga run: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "COMPLETED") || strings.Contains(string(out), "FAILED") {
+				t.Fatalf("want every trial COMPLETED:\n%s", out)
+			}
+			logs, _ := filepath.Glob(filepath.Join(data, "attempts", "*", "output.log"))
+			if len(logs) == 0 {
+				t.Fatalf("no attempt logs in %s", data)
+			}
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				for _, want := range []string{"rank 0/" + c.world, "rank 1/" + c.world, "epoch 3: val_loss"} {
+					if !strings.Contains(string(b), want) {
+						t.Errorf("%s: no %q:\n%s", l, want, b)
+					}
+				}
+			}
+		})
+	}
+}

@@ -178,12 +178,31 @@ func rendezvous(ctx context.Context, s *Spec, env map[string]string, hostnames f
 		if s.Nodes == 1 || hosts[0] == "localhost" {
 			return rank, "127.0.0.1", nil
 		}
-		return rank, hosts[0], nil
+		return rank, nodeAddr(ctx, hosts[0]), nil
 	}
 	if s.Nodes > 1 {
 		return 0, "", fmt.Errorf("a gang of %d nodes needs %s and %s (or Slurm's SLURM_NODEID and SLURM_JOB_NODELIST)", s.Nodes, EnvNodeRank, EnvMasterAddr)
 	}
 	return rank, "127.0.0.1", nil
+}
+
+// nodeAddr is the address of a Slurm node: its name when the name
+// resolves, else the NodeAddr Slurm knows it by (nodes named apart from
+// their hosts, as several slurmd on one machine are).
+func nodeAddr(ctx context.Context, name string) string {
+	if _, err := net.DefaultResolver.LookupHost(ctx, name); err == nil {
+		return name
+	}
+	out, err := exec.CommandContext(ctx, "scontrol", "show", "node", "-o", name).Output()
+	if err != nil {
+		return name
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "NodeAddr="); ok && v != "" {
+			return v
+		}
+	}
+	return name
 }
 
 func scontrolHostnames(ctx context.Context, nodelist string) ([]string, error) {
