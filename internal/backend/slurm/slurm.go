@@ -95,10 +95,11 @@ type Config struct {
 
 // Stats counts the backend's commands since New.
 type Stats struct {
-	Queries  int64 // squeue calls (one per poll cycle with attempts to watch)
-	Submits  int64 // sbatch calls
-	Cancels  int64 // scancel calls
-	Failures int64 // commands that failed
+	Queries   int64         // squeue calls (one per poll cycle with attempts to watch)
+	QueryTime time.Duration // their total wall time
+	Submits   int64         // sbatch calls
+	Cancels   int64         // scancel calls
+	Failures  int64         // commands that failed
 }
 
 // warnComment is written in the job's Comment by the batch script when Slurm
@@ -151,7 +152,7 @@ type Backend struct {
 	wg     sync.WaitGroup
 	kick   chan struct{}
 
-	queries, submits, cancels, failures atomic.Int64
+	queries, queryNS, submits, cancels, failures atomic.Int64
 
 	mu       sync.Mutex
 	closed   bool
@@ -247,7 +248,8 @@ func (b *Backend) Events() <-chan backend.Event { return b.q.out }
 
 // Stats returns the commands run so far.
 func (b *Backend) Stats() Stats {
-	return Stats{Queries: b.queries.Load(), Submits: b.submits.Load(), Cancels: b.cancels.Load(), Failures: b.failures.Load()}
+	return Stats{Queries: b.queries.Load(), QueryTime: time.Duration(b.queryNS.Load()), Submits: b.submits.Load(),
+		Cancels: b.cancels.Load(), Failures: b.failures.Load()}
 }
 
 // Capacity returns the sum of the pools' capacities.
@@ -671,7 +673,9 @@ func (b *Backend) poll() {
 		return
 	}
 	b.queries.Add(1)
+	began := time.Now()
 	out, err := b.run(b.ctx, nil, b.cfg.Squeue, "--me", "--noheader", "--states=all", "--Format="+QueueFormat)
+	b.queryNS.Add(int64(time.Since(began)))
 	if err != nil {
 		if b.ctx.Err() == nil {
 			b.log.Warn("slurm: squeue failed; trying again at the next poll", "err", err)
