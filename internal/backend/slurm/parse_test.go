@@ -21,6 +21,8 @@ const sampleQueue = `21|RUNNING|None|0|0|N/A|2026-11-22T05:03:49|NONE|(null)|vir
 48|COMPLETED|None|0|0|N/A|2026-11-22T05:04:00|2026-11-22T05:04:36|virga:time-limit|virga-a5|
 50|PENDING|BeginTime|0|1|N/A|N/A|N/A|(null)|virga-a6|
 51|PENDING|Priority|0|0|N/A|2027-01-01T00:00:00|2027-01-01T01:00:00|a|comment|with bars|
+52|NODE_FAIL|NodeDown|0|0|N/A|2026-11-22T05:04:00|2026-11-22T05:05:00|(null)|virga-a8|
+53|TIMEOUT|TimeLimit|0|0|N/A|2026-11-22T05:04:00|2026-11-22T05:05:00|(null)|virga-a9|
 `
 
 func TestParseQueue(t *testing.T) {
@@ -28,7 +30,7 @@ func TestParseQueue(t *testing.T) {
 	if len(bad) != 1 || bad[0] != "garbage line" {
 		t.Fatalf("bad lines %q", bad)
 	}
-	if len(jobs) != 7 {
+	if len(jobs) != 9 {
 		t.Fatalf("%d jobs: %+v", len(jobs), jobs)
 	}
 	j := jobs[0]
@@ -75,6 +77,8 @@ func TestExitEvent(t *testing.T) {
 		{i: 3, code: -1, signal: "killed", preempted: true},              // killed after GraceTime
 		{i: 4, code: 0, preempted: true},                                 // warned of its time limit
 		{i: 3, stopping: true, killed: true, code: -1, signal: "killed"}, // Virga's SIGKILL
+		{i: 7, code: -1, signal: "killed", preempted: true},              // its node failed
+		{i: 8, code: -1, signal: "killed", preempted: true},              // killed at its time limit
 	} {
 		a := &attempt{id: 1, stopping: c.stopping, killed: c.killed}
 		ev := exitEvent(a, &jobs[c.i], now)
