@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestRealAgent(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building virga: %v\n%s", err, out)
 	}
-	prefix := "va" + time.Now().Format("150405")
+	prefix := fmt.Sprintf("va%d-%s", os.Getpid(), time.Now().Format("150405"))
 	t.Cleanup(func() { cancelJobs(prefix) })
 	h := newHarnessWith(t, Config{Pools: testPools(), AgentPath: bin, JobPrefix: prefix, PollInterval: 250 * time.Millisecond})
 	b := h.b

@@ -3,6 +3,7 @@ package slurm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/backend/slurm/slurmtest"
 )
 
 // The cluster tests run against the single-host test cluster of
@@ -22,9 +24,7 @@ import (
 
 func needCluster(t *testing.T) {
 	t.Helper()
-	if os.Getenv("VIRGA_TEST_SLURM") == "" {
-		t.Skip("VIRGA_TEST_SLURM is not set: start the test cluster with scripts/slurm.sh start and export VIRGA_TEST_SLURM=1 (scripts/test.sh does both)")
-	}
+	slurmtest.Need(t) // skips without the cluster; takes turns with other packages' cluster tests
 }
 
 var (
@@ -166,7 +166,7 @@ func squeueState(t *testing.T, name string) string {
 
 func TestCluster(t *testing.T) {
 	needCluster(t)
-	prefix := "vt" + time.Now().Format("150405")
+	prefix := fmt.Sprintf("vt%d-%s", os.Getpid(), time.Now().Format("150405"))
 	h := newHarness(t, prefix)
 	t.Cleanup(func() { cancelJobs(prefix) })
 	ctx := context.Background()
