@@ -131,10 +131,10 @@ PartitionName=ondemand Nodes=virga[1-2] PriorityTier=10 PreemptMode=OFF MaxTime=
 EOF
 
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-  # munged refuses to run as root with its directories owned by munge.
-  runuser -u munge -- /usr/sbin/munged --pid-file="$run/munged.pid" 2>/dev/null ||
-    runuser -u munge -- /usr/sbin/munged 2>/dev/null || true
-  if [ ! -f "$run/munged.pid" ]; then pgrep -n -x munged >"$run/munged.pid" || true; fi
+  # munged refuses to run as root with its directories owned by munge (and,
+  # as munge, cannot write its pid file here: record it after).
+  runuser -u munge -- /usr/sbin/munged 2>/dev/null || true
+  pgrep -n -x munged >"$run/munged.pid" || true
   touch "$run/munged.started"
   for _ in $(seq 1 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
 fi
