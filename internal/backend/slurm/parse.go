@@ -1,6 +1,8 @@
 package slurm
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -192,6 +194,16 @@ func attemptOf(prefix, name string) (int64, bool) {
 		return 0, false
 	}
 	return id, true
+}
+
+// PrefixFor returns a job prefix for a server identified by id (e.g. its
+// data directory or database URL): "virga-" and 8 hex digits of id's
+// SHA-256. The same server keeps its prefix across restarts (so that it
+// adopts its jobs), and two servers submitting as the same user do not
+// take each other's jobs for their own.
+func PrefixFor(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "virga-" + hex.EncodeToString(sum[:4])
 }
 
 // JobName is the name of the Slurm job of an attempt.

@@ -63,8 +63,8 @@ type Config struct {
 	AgentPath string
 	// JobPrefix starts the name of every job ("PREFIX-a<attempt ID>"), by
 	// which a restarted server finds its jobs: it must be the same across
-	// restarts and differ between servers submitting as the same user.
-	// Default "virga".
+	// restarts and differ between servers submitting as the same user
+	// (PrefixFor makes one of the server's data directory). Default "virga".
 	JobPrefix string
 	// PollInterval is how often the state of all attempts is asked for (one
 	// squeue). Default 5s.
