@@ -106,9 +106,11 @@ func TestNames(t *testing.T) {
 	if id, ok := attemptOf(p1, JobName(p1, 7)); !ok || id != 7 {
 		t.Fatalf("attemptOf(%q): %d %v", JobName(p1, 7), id, ok)
 	}
-	if _, err := New(Config{Pools: []Pool{{Node: virga.Resources{CPU: 1}, Nodes: 1}}, AgentPath: "v", JobPrefix: p1}); err != nil {
+	b, err := New(Config{Pools: []Pool{{Node: virga.Resources{CPU: 1}, Nodes: 1}}, AgentPath: "v", JobPrefix: p1})
+	if err != nil {
 		t.Fatal(err)
 	}
+	b.Close()
 	for name, want := range map[string]int64{"virga-a42": 42, "virga-a": 0, "virga-a042": 0, "virga-a-1": 0,
 		"virga-b1": 0, "virgax-a1": 0, "virga-a1x": 0, "virga-a99999999999999999999": 0} {
 		id, ok := attemptOf("virga", name)
