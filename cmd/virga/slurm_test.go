@@ -12,14 +12,15 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/backend/slurm/slurmtest"
 	"github.com/virga-ml/virga/internal/server"
 )
 
+// needSlurm skips without the test cluster and otherwise takes turns with
+// the other packages' tests that use it.
 func needSlurm(t *testing.T) {
 	t.Helper()
-	if os.Getenv("VIRGA_TEST_SLURM") == "" {
-		t.Skip("VIRGA_TEST_SLURM is not set: start the test cluster with scripts/slurm.sh start and export VIRGA_TEST_SLURM=1 (scripts/test.sh does both)")
-	}
+	slurmtest.Need(t)
 }
 
 // slurmCapacity writes a capacity file of the test cluster's spot partition.

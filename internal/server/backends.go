@@ -33,7 +33,7 @@ func poolBackend(file string, c *spec.Capacity) (spec.PoolBackend, error) {
 }
 
 // slurmBackend builds the Slurm backend of a capacity file's pools.
-func slurmBackend(cfg *Config, c *spec.Capacity, log *slog.Logger) (backend.Backend, error) {
+func slurmBackend(cfg *Config, dataDir string, c *spec.Capacity, log *slog.Logger) (backend.Backend, error) {
 	agentPath := cfg.Agent
 	if agentPath == "" {
 		exe, err := os.Executable()
@@ -46,7 +46,8 @@ func slurmBackend(cfg *Config, c *spec.Capacity, log *slog.Logger) (backend.Back
 	for i := range c.Pools {
 		pools = append(pools, slurm.PoolFromSpec(&c.Pools[i]))
 	}
-	be, err := slurm.New(slurm.Config{Pools: pools, AgentPath: agentPath, Logger: log})
+	// Job names tell this server's jobs from other servers' of the same user.
+	be, err := slurm.New(slurm.Config{Pools: pools, AgentPath: agentPath, JobPrefix: slurm.PrefixFor(dataDir), Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.File, err)
 	}

@@ -214,7 +214,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		switch {
 		case cfg.Backend != nil:
 		case kind == spec.BackendSlurm:
-			cfg.Backend, err = slurmBackend(&cfg, file, cfg.Logger)
+			cfg.Backend, err = slurmBackend(&cfg, dir, file, cfg.Logger)
 		case kind == spec.BackendKubernetes:
 			cfg.Backend, err = kubeBackend(&cfg, file, cfg.Logger)
 		default:
