@@ -7,8 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestGangOnLocalBackend: a trial of 2 nodes x 2 processes runs as 4
@@ -116,5 +119,37 @@ func TestDDPExampleLocal(t *testing.T) {
 		if !bytes.Contains(b, []byte("rank 0/2")) || !bytes.Contains(b, []byte("rank 1/2")) || !bytes.Contains(b, []byte("epoch 3: val_loss")) {
 			t.Errorf("%s: want ranks 0 and 1 of 2 and 4 epochs:\n%s", l, b)
 		}
+	}
+}
+
+// TestGangLauncherSharesItsGroup: the local backend's gang launcher keeps
+// the trial's processes (and what they start) in its own process group, so
+// that the shim's SIGKILL to that group leaves nothing behind.
+func TestGangLauncherSharesItsGroup(t *testing.T) {
+	cmd := exec.Command(virgaBin, "gang", "2", "29557", "30", "--", "sh", "-c", "sleep 300 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	inGroup := func() []string {
+		out, _ := exec.Command("pgrep", "-g", strconv.Itoa(pgid)).Output()
+		return strings.Fields(string(out))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(inGroup()) < 5 && time.Now().Before(deadline) { // launcher, 2 sh, 2 sleep
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(inGroup()); n < 5 {
+		t.Fatalf("%d processes in the launcher's group; want the launcher, both members and their children (5)", n)
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	deadline = time.Now().Add(5 * time.Second)
+	for len(inGroup()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := inGroup(); len(left) > 0 {
+		t.Fatalf("processes %v outlived the SIGKILL of the launcher's group", left)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,6 +23,7 @@ import (
 	"github.com/virga-ml/virga/internal/agent"
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/server"
 )
@@ -285,4 +287,40 @@ func TestRemoteTokenScope(t *testing.T) {
 			t.Errorf("%s: status %d; want %d", c.what, got, c.want)
 		}
 	}
+
+	// A checkpoint uploaded and never reported (a preemption cut the report
+	// short) is deleted when its attempt ends.
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "orphan"), []byte("never reported"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var tarball bytes.Buffer
+	if _, err := checkpoint.WriteArchive(&tarball, src); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", srv.URL+"/api/v1/attempts/"+attA+"/checkpoints", &tarball)
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct{ ID string }
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || info.ID == "" {
+		t.Fatalf("upload: %d %+v %v", resp.StatusCode, info, err)
+	}
+	orphan := filepath.Join(data, "checkpoints", info.ID)
+	if _, err := os.Stat(orphan); err != nil {
+		t.Fatalf("the upload is not stored: %v", err)
+	}
+	if _, err := c.Control(context.Background(), e.ID, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, e.ID, 30*time.Second)
+	waitFor(t, "the unreported upload to be deleted", 10*time.Second, func() bool {
+		_, err := os.Stat(orphan)
+		return os.IsNotExist(err)
+	})
 }

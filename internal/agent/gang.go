@@ -34,6 +34,13 @@ type Gang struct {
 	// Grace is the time between SIGTERM and SIGKILL when the gang is
 	// stopped (its context ends) or a member failed.
 	Grace time.Duration
+	// SharedGroup keeps the processes in the caller's process group, whose
+	// signals then reach them directly (the local backend's shim signals
+	// and kills the trial's whole group): a stop is not passed on, and only
+	// a member's failure makes Run signal the others. Without it, each
+	// process leads a group of its own, to which Run passes a stop (a pod's
+	// SIGTERM reaches only the agent, its first process).
+	SharedGroup bool
 }
 
 // RankEnv returns the rendezvous variables of one process, as PyTorch's
@@ -85,10 +92,10 @@ func (g *Gang) Run(ctx context.Context) (int, error) {
 		cmd.WaitDelay = 5 * time.Second
 		// A process group of its own, so that a signal reaches the process
 		// and everything it started, and only through this gang.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: !g.SharedGroup, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			for _, m := range members[:i] {
-				_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+				_ = g.kill(m.cmd.Process.Pid, syscall.SIGKILL)
 				_ = m.cmd.Wait()
 			}
 			return 127, fmt.Errorf("starting %s: %w", g.Argv[0], err)
@@ -109,17 +116,19 @@ func (g *Gang) Run(ctx context.Context) (int, error) {
 	signalAll := func(sig syscall.Signal) {
 		for i, m := range members {
 			if !ended[i] {
-				_ = syscall.Kill(-m.cmd.Process.Pid, sig)
+				_ = g.kill(m.cmd.Process.Pid, sig)
 			}
 		}
 	}
 	first, running := 0, n
 	var kill <-chan time.Time
 	stopping := false
-	stop := func() {
+	stop := func(pass bool) {
 		if !stopping {
 			stopping = true
-			signalAll(syscall.SIGTERM)
+			if pass {
+				signalAll(syscall.SIGTERM)
+			}
 			kill = time.After(g.Grace)
 		}
 	}
@@ -129,23 +138,32 @@ func (g *Gang) Run(ctx context.Context) (int, error) {
 		case i := <-exited:
 			running--
 			ended[i] = true
+			if !g.SharedGroup {
+				// What the process left in its group goes with it (at
+				// once, before its group's ID could be reused).
+				_ = syscall.Kill(-members[i].cmd.Process.Pid, syscall.SIGKILL)
+			}
 			if c := members[i].code; c != 0 && first == 0 {
 				first = c
-				stop() // a member failed: the gang ends
+				stop(true) // a member failed: the gang ends
 			}
 		case <-done:
 			done = nil
-			stop()
+			stop(!g.SharedGroup) // in a shared group the stop reached them already
 		case <-kill:
 			signalAll(syscall.SIGKILL)
 			kill = nil
 		}
 	}
-	// Whatever the processes left behind in their groups goes with them.
-	for _, m := range members {
-		_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
-	}
 	return first, nil
+}
+
+// kill signals a member: its whole group, or in a shared group the process.
+func (g *Gang) kill(pid int, sig syscall.Signal) error {
+	if g.SharedGroup {
+		return syscall.Kill(pid, sig)
+	}
+	return syscall.Kill(-pid, sig)
 }
 
 // exitCode is a finished process's status as a shell reports it.
@@ -227,7 +245,7 @@ func GangMain(args []string) int {
 	defer stop()
 	g := &Gang{Argv: args[4:], Env: os.Environ(), Nodes: 1, ProcessesPerNode: n,
 		MasterAddr: "127.0.0.1", MasterPort: port, Stdout: os.Stdout, Stderr: os.Stderr,
-		Grace: time.Duration(grace) * time.Second}
+		Grace: time.Duration(grace) * time.Second, SharedGroup: true}
 	code, err := g.Run(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "virga gang:", err)

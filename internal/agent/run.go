@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,7 +60,14 @@ func Run(ctx context.Context, o Options) (int, error) {
 		o.Stderr = os.Stderr
 	}
 	if o.Client == nil {
-		o.Client = &http.Client{Timeout: 10 * time.Minute}
+		// No overall timeout: a large checkpoint may take long to move. The
+		// server must answer within the response-header timeout; proxies of
+		// the environment are not used (the token goes to the server only).
+		o.Client = &http.Client{Transport: &http.Transport{
+			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ResponseHeaderTimeout: 10 * time.Minute,
+			IdleConnTimeout:       90 * time.Second,
+		}}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(o.Stderr, nil))
@@ -88,7 +96,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err := os.MkdirAll(ckptDir, 0o755); err != nil {
 		return 1, fmt.Errorf("creating checkpoint directory: %w", err)
 	}
-	rel := &relayer{spec: s, client: o.Client, dir: ckptDir, log: o.Logger, chief: nodeRank == 0}
+	rel := &relayer{spec: s, client: o.Client, dir: ckptDir, tmp: o.Dir, log: o.Logger, chief: nodeRank == 0, retry: o.Retry}
 	if s.Checkpoint != "" {
 		if err := rel.restore(ctx, o.Retry); err != nil {
 			return 1, err
@@ -221,8 +229,10 @@ type relayer struct {
 	spec   *Spec
 	client *http.Client
 	dir    string
+	tmp    string // for archives being uploaded
 	log    *slog.Logger
 	chief  bool
+	retry  time.Duration // how long a VIRGA_METRIC line's report is retried
 
 	mu     sync.Mutex // one report at a time, in order
 	lastFP string     // fingerprint of the directory last uploaded
@@ -295,12 +305,21 @@ func (r *relayer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, `{"error": "the agent takes only POST .../report"}`, http.StatusNotFound)
 		return
 	}
+	// Only the trial may report: other users' processes on the node, or a
+	// web page, can reach this port too.
+	if tok, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer "); !ok ||
+		subtle.ConstantTimeCompare([]byte(tok), []byte(r.spec.Token)) != 1 {
+		http.Error(w, `{"error": "send the trial's token: Authorization: Bearer $VIRGA_TOKEN"}`, http.StatusUnauthorized)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
 	if err != nil {
 		http.Error(w, `{"error": "reading the report"}`, http.StatusBadRequest)
 		return
 	}
-	code, reply := r.report(req.Context(), body)
+	// Not cancelled when the trial gives up waiting: a large upload goes on,
+	// and the trial's retry finds it done.
+	code, reply := r.report(context.WithoutCancel(req.Context()), body)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(reply)
@@ -321,7 +340,7 @@ func (r *relayer) report(ctx context.Context, body []byte) (int, []byte) {
 	defer r.mu.Unlock()
 	fp, err := checkpoint.Fingerprint(r.dir)
 	if err != nil {
-		return http.StatusUnprocessableEntity, jsonError("reading the checkpoint directory: " + err.Error())
+		return localError("reading the checkpoint directory", err)
 	}
 	for try := 0; ; try++ {
 		id := r.lastID
@@ -355,17 +374,20 @@ func (r *relayer) report(ctx context.Context, body []byte) (int, []byte) {
 
 // upload sends the checkpoint directory as an archive.
 func (r *relayer) upload(ctx context.Context) (int, []byte, string) {
-	f, err := os.CreateTemp("", "virga-upload-*.tar")
+	f, err := os.CreateTemp(r.tmp, "upload-*.tar")
 	if err != nil {
-		return http.StatusInternalServerError, jsonError(err.Error()), ""
+		code, reply := localError("archiving the checkpoint directory", err)
+		return code, reply, ""
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
 	if _, err := checkpoint.WriteArchive(f, r.dir); err != nil {
-		return http.StatusUnprocessableEntity, jsonError("the checkpoint directory: " + err.Error()), ""
+		code, reply := localError("archiving the checkpoint directory", err)
+		return code, reply, ""
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return http.StatusInternalServerError, jsonError(err.Error()), ""
+		code, reply := localError("archiving the checkpoint directory", err)
+		return code, reply, ""
 	}
 	resp, err := r.do(ctx, http.MethodPost, "/checkpoints", "application/x-tar", f)
 	if err != nil {
@@ -385,11 +407,33 @@ func (r *relayer) upload(ctx context.Context) (int, []byte, string) {
 	return http.StatusOK, nil, info.ID
 }
 
-// metricLine posts a VIRGA_METRIC line's report on the trial's behalf.
+// localError is the answer to the trial for a failure on this node: 422
+// (fix the trial) only for what a checkpoint cannot hold; otherwise 503,
+// which the trial retries (a full disk, a file replaced while archived).
+func localError(what string, err error) (int, []byte) {
+	if errors.Is(err, checkpoint.ErrUnsupported) {
+		return http.StatusUnprocessableEntity, jsonError(what + ": " + err.Error())
+	}
+	return http.StatusServiceUnavailable, jsonError(what + ": " + err.Error())
+}
+
+// metricLine posts a VIRGA_METRIC line's report on the trial's behalf,
+// retrying while the server cannot be reached or answers 5xx (as the local
+// backend's shim does), for up to the retry time.
 func (r *relayer) metricLine(payload []byte) {
-	code, reply := r.report(context.Background(), payload)
-	if code != http.StatusOK {
-		r.log.Warn("a VIRGA_METRIC report was not accepted", "status", code, "reply", string(bytes.TrimSpace(reply)))
+	deadline := time.Now().Add(r.retry)
+	wait := 250 * time.Millisecond
+	for {
+		code, reply := r.report(context.Background(), payload)
+		if code == http.StatusOK {
+			return
+		}
+		if code < 500 || time.Now().After(deadline) {
+			r.log.Warn("a VIRGA_METRIC report was not accepted", "status", code, "reply", string(bytes.TrimSpace(reply)))
+			return
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 10*time.Second)
 	}
 }
 
@@ -441,7 +485,9 @@ func (m *metricScanner) Write(p []byte) (int, error) {
 	return m.out.Write(p)
 }
 
-// flush waits for the queued reports to be posted.
+// flush waits for the queued reports to be posted, for at most a minute
+// once the trial has ended (the server is then away: the reports are lost,
+// as the trial's own would be).
 func (m *metricScanner) flush() {
 	m.mu.Lock()
 	q, d := m.queue, m.done
@@ -449,6 +495,9 @@ func (m *metricScanner) flush() {
 	m.mu.Unlock()
 	if q != nil {
 		close(q)
-		<-d
+		select {
+		case <-d:
+		case <-time.After(time.Minute):
+		}
 	}
 }

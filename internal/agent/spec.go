@@ -85,9 +85,11 @@ func FromStart(s *backend.StartSpec) *Spec {
 }
 
 // MasterPort is the rendezvous port of an attempt: distinct for attempts
-// that may share a node, in 20000-49999.
+// that may share a node (unless their IDs are 20,000 apart), in
+// 10000-29999, below Linux's ephemeral ports (32768-60999) so that no
+// outgoing connection holds it.
 func MasterPort(attemptID int64) int {
-	return 20000 + int(attemptID%30000)
+	return 10000 + int(attemptID%20000)
 }
 
 // Encode returns s as one environment-safe string (base64 of JSON).

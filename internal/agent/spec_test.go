@@ -31,7 +31,7 @@ func TestSpecRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, s) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, s)
 	}
-	if p := MasterPort(41); p != MasterPort(30041) || p < 20000 || p >= 50000 {
+	if p := MasterPort(41); p != MasterPort(20041) || p < 10000 || p >= 30000 || MasterPort(42) == p {
 		t.Errorf("MasterPort(41) = %d", p)
 	}
 }

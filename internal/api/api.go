@@ -252,7 +252,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &se):
 		return http.StatusBadRequest
-	case errors.Is(err, control.ErrCheckpointNotUploaded), errors.Is(err, control.ErrNotRemote):
+	case errors.Is(err, control.ErrCheckpointNotUploaded), errors.Is(err, control.ErrNotRemote), errors.Is(err, control.ErrTooManyUploads):
 		return http.StatusUnprocessableEntity
 	case errors.Is(err, checkpoint.ErrUnsupported), errors.Is(err, checkpoint.ErrBadArchive):
 		// The trial put something in its checkpoint directory that a

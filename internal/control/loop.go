@@ -280,6 +280,8 @@ func (c *Controller) handle(it *iteration, in input) {
 	switch in := in.(type) {
 	case eventInput:
 		c.handleEvent(it, in.ev)
+	case dropUploads:
+		c.dropUploads(it, in)
 	case startFailed:
 		noCapacity := errors.Is(in.err, virga.ErrNoCapacity)
 		ev := backend.Event{AttemptID: in.attemptID, Kind: backend.Exited, Time: c.now(), Lost: in.lost || noCapacity,
@@ -356,6 +358,9 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	c.releaseInflight(ts)
 	delete(c.startedSeen, ev.AttemptID)
 	delete(c.attempts, ev.AttemptID)
+	if la := c.liveAttempt(ev.AttemptID); la != nil && c.remote {
+		go c.forgetUploads(la)
+	}
 	c.dropLive(ev.AttemptID)
 	a, t, es := ts.attempt, ts.t, ts.exp
 	ts.attempt = nil

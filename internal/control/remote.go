@@ -30,6 +30,13 @@ func (c *Controller) remoteAttempt(ctx context.Context, attemptID int64) (*liveA
 	return la, nil
 }
 
+// maxPendingUploads bounds the checkpoints an attempt may upload without
+// naming them in a report (the agent names each one at once).
+const maxPendingUploads = 4
+
+// ErrTooManyUploads means an attempt uploaded checkpoints it never reported.
+var ErrTooManyUploads = errors.New("too many unreported uploads")
+
 // ErrNotRemote means a checkpoint transfer was asked for an attempt that
 // does not run through the agent.
 var ErrNotRemote = errors.New("not a remote attempt")
@@ -65,6 +72,9 @@ func (c *Controller) UploadCheckpoint(ctx context.Context, attemptID int64, r io
 	defer la.mu.Unlock()
 	if la.uploaded == nil {
 		la.uploaded = map[string]checkpoint.Info{}
+	}
+	if _, again := la.uploaded[info.ID]; !again && len(la.uploaded) >= maxPendingUploads {
+		return checkpoint.Info{}, fmt.Errorf("%w: attempt %d has %d uploaded checkpoints that no report named yet; report one first", ErrTooManyUploads, attemptID, len(la.uploaded))
 	}
 	la.uploaded[info.ID] = info
 	return info, nil
@@ -109,4 +119,60 @@ func (c *Controller) transferDir(attemptID int64) (string, error) {
 		return "", fmtErr("creating transfer directory", err)
 	}
 	return d, nil
+}
+
+// dropUploads asks the loop to delete checkpoints a remote attempt uploaded
+// and never named in an acknowledged report (a preemption cut it short, the
+// report failed): unless a checkpoint of the trial has the same content.
+type dropUploads struct {
+	trialID int64
+	ids     []string
+}
+
+// forgetUploads hands an ended attempt's unreported uploads to the loop,
+// once no report of it is in flight (it holds la.mu while it waits for the
+// loop, so this runs off the loop).
+func (c *Controller) forgetUploads(la *liveAttempt) {
+	la.mu.Lock()
+	ids := make([]string, 0, len(la.uploaded))
+	for id := range la.uploaded {
+		ids = append(ids, id)
+	}
+	la.uploaded = nil
+	la.mu.Unlock()
+	if len(ids) > 0 {
+		_ = c.send(context.Background(), dropUploads{trialID: la.trialID, ids: ids})
+	}
+}
+
+// dropUploads deletes, after the pass commits, the uploads no checkpoint
+// record refers to. Deletions run on the loop, as retention's do.
+func (c *Controller) dropUploads(it *iteration, in dropUploads) {
+	recorded := map[string]bool{}
+	if ts := c.trials[in.trialID]; ts != nil {
+		recorded[ts.t.Checkpoint] = true
+		recorded[ts.t.ParentCheckpoint] = true
+		for _, ck := range ts.ckpts {
+			recorded[ck.ID] = true
+		}
+	} else {
+		cks, err := c.cfg.Store.Checkpoints(context.Background(), in.trialID)
+		if err != nil {
+			c.log.Warn("keeping unreported uploads: cannot list the trial's checkpoints", "trial", in.trialID, "err", err)
+			return
+		}
+		for _, ck := range cks {
+			recorded[ck.ID] = true
+		}
+	}
+	for _, id := range in.ids {
+		if recorded[id] {
+			continue
+		}
+		it.after = append(it.after, func() {
+			if err := c.cfg.Checkpoints.Delete(id); err != nil {
+				c.log.Warn("deleting an unreported upload", "id", id, "err", err)
+			}
+		})
+	}
 }
