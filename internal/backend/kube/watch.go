@@ -98,7 +98,7 @@ func (b *Backend) watchTerminating(a *attempt, ps *podState) {
 		return
 	}
 	ps.watching = true
-	d := ps.pod.DeletionTimestamp.Time.Add(b.cfg.LostAfter).Sub(time.Now())
+	d := time.Until(ps.pod.DeletionTimestamp.Time.Add(b.cfg.LostAfter))
 	b.after(d, func() {
 		b.mu.Lock()
 		if b.attempts[a.id] != a || ps.gone {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,7 +23,7 @@ import (
 func TestRealAgent(t *testing.T) {
 	needCluster(t)
 	bin := filepath.Join(t.TempDir(), "virga")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/virga-ml/virga/cmd/virga")
+	build := exec.Command("go", "build", "-o", bin, "github.com/virga-ml/virga/cmd/virga")
 	build.Dir = "../../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building virga: %v\n%s", err, out)

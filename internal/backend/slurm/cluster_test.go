@@ -120,10 +120,10 @@ func (h *harness) wait(t *testing.T, id int64, kind backend.EventKind, timeout t
 // Exited came at most once each, in order.
 func (h *harness) exited(t *testing.T, id int64, timeout time.Duration, wantStarted bool) backend.Event {
 	t.Helper()
-	evs := h.wait(t, id, backend.Exited, timeout)
+	h.wait(t, id, backend.Exited, timeout)
 	time.Sleep(2 * h.b.cfg.PollInterval) // nothing may follow
 	h.mu.Lock()
-	evs = append([]backend.Event(nil), h.evs[id]...)
+	evs := append([]backend.Event(nil), h.evs[id]...)
 	h.mu.Unlock()
 	var kinds []string
 	for _, ev := range evs {
