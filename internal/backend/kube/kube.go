@@ -167,7 +167,7 @@ type Backend struct {
 	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
 	stop     chan struct{}
-	q        *eventQueue
+	q        *backend.EventQueue
 
 	mu       sync.Mutex
 	attempts map[int64]*attempt
@@ -287,14 +287,14 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
-	b.q = newEventQueue()
+	b.q = backend.NewEventQueue()
 	b.factory.Start(b.stop)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.SyncTimeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), b.informer.HasSynced) {
 		close(b.stop)
 		b.factory.Shutdown()
-		b.q.close()
+		b.q.Close()
 		return nil, fmt.Errorf("kubernetes backend: listing pods in namespace %q did not finish within %s (is the API server reachable, and may this service account list pods there?)", cfg.Namespace, cfg.SyncTimeout)
 	}
 	return b, nil
@@ -307,7 +307,7 @@ func (b *Backend) Name() string { return b.cfg.Name }
 func (b *Backend) Remote() bool { return true }
 
 // Events delivers Started and Exited events; Close closes it.
-func (b *Backend) Events() <-chan backend.Event { return b.q.out }
+func (b *Backend) Events() <-chan backend.Event { return b.q.Out() }
 
 // Free returns what the pools' live attempts leave of their capacity.
 func (b *Backend) Free() virga.Resources {
@@ -369,7 +369,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	close(b.stop)
 	b.factory.Shutdown()
-	b.q.close()
+	b.q.Close()
 	return nil
 }
 

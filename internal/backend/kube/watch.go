@@ -310,7 +310,7 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 		if t.IsZero() || t.After(now) {
 			t = now
 		}
-		b.q.push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: t, Pool: a.poolName(),
+		b.q.Push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: t, Pool: a.poolName(),
 			Message: strings.Join(nodes, ", ")})
 	}
 	if a.cause >= 0 && a.nodes > 1 {
@@ -343,7 +343,7 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 		}
 		ev.Message = a.abort
 		a.exited = true
-		b.q.push(ev)
+		b.q.Push(ev)
 		b.finish(a)
 		return dels
 	}
@@ -386,7 +386,7 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 	}
 	ev.Message = strings.Join(msg, "; ")
 	a.exited = true
-	b.q.push(ev)
+	b.q.Push(ev)
 	b.finish(a)
 	return dels
 }

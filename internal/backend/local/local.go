@@ -81,7 +81,7 @@ type Backend struct {
 	warm     int
 	drain    time.Duration // handed to each shim
 	refill   chan struct{} // wakes refillLoop
-	q        *eventQueue
+	q        *backend.EventQueue
 
 	ctx    context.Context // cancelled by Close: adopted watchers stop
 	cancel context.CancelFunc
@@ -187,7 +187,7 @@ func New(cfg Config) (*Backend, error) {
 		b.warm = cfg.WarmShims
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.q = newEventQueue()
+	b.q = backend.NewEventQueue()
 	b.startEmulation()
 	if b.warm > 0 {
 		b.refill = make(chan struct{}, 1)
@@ -233,7 +233,7 @@ func (b *Backend) Name() string { return "local" }
 // A started attempt gets Started (with the trial's pid) once the shim has
 // started the trial, then Exited. An attempt whose trial never started (the
 // shim could not run, or the directory was locked) gets only Exited.
-func (b *Backend) Events() <-chan backend.Event { return b.q.out }
+func (b *Backend) Events() <-chan backend.Event { return b.q.Out() }
 
 // Free returns the capacity not reserved by running or adopted attempts,
 // summed over the pools that are up (Pools tells each pool's). It can be
@@ -434,7 +434,7 @@ func (b *Backend) started(a *attempt, pid int, t time.Time) {
 		return
 	}
 	a.pid = pid
-	b.q.push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: t, PID: pid, Pool: b.poolName(a)})
+	b.q.Push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: t, PID: pid, Pool: b.poolName(a)})
 	// The group may be gone already.
 	if a.stopAsked {
 		_ = b.stopLocked(a, time.Now().Add(a.stopGrace))
@@ -477,7 +477,7 @@ func (b *Backend) finish(a *attempt, ev backend.Event) {
 	if ev.Preempted && !ev.Lost {
 		ev.Message = strings.TrimPrefix(ev.Message+"; ", "; ") + "preempted: pool " + ev.Pool + " reclaimed its capacity"
 	}
-	b.q.push(ev)
+	b.q.Push(ev)
 	b.mu.Unlock()
 }
 
@@ -596,7 +596,7 @@ func (b *Backend) Close() error {
 			errs = append(errs, fmt.Errorf("releasing %s: %w", f.Name(), err))
 		}
 	}
-	b.q.close()
+	b.q.Close()
 	return errors.Join(errs...)
 }
 

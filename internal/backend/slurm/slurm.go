@@ -145,7 +145,7 @@ type Backend struct {
 	loc      *time.Location
 	now      func() time.Time
 	log      *slog.Logger
-	q        *eventQueue
+	q        *backend.EventQueue
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -222,7 +222,7 @@ func New(cfg Config) (*Backend, error) {
 			b.named = true
 		}
 	}
-	b.q = newEventQueue()
+	b.q = backend.NewEventQueue()
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.wg.Add(1)
 	go b.pollLoop()
@@ -244,7 +244,7 @@ func (b *Backend) Remote() bool { return true }
 
 // Events returns the channel of Started and Exited events (queued without
 // bound; closed by Close, dropping what was not delivered).
-func (b *Backend) Events() <-chan backend.Event { return b.q.out }
+func (b *Backend) Events() <-chan backend.Event { return b.q.Out() }
 
 // Stats returns the commands run so far.
 func (b *Backend) Stats() Stats {
@@ -643,7 +643,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	b.cancel()
 	b.wg.Wait()
-	b.q.close()
+	b.q.Close()
 	return nil
 }
 
@@ -850,7 +850,7 @@ func eventTime(t, now time.Time) time.Time {
 
 func (b *Backend) startedLocked(a *attempt, j *Job, now time.Time) {
 	a.started = true
-	b.q.push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: eventTime(j.Start, now), Pool: a.pool.Name,
+	b.q.Push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: eventTime(j.Start, now), Pool: a.pool.Name,
 		Message: "slurm job " + j.ID})
 }
 
@@ -861,7 +861,7 @@ func (b *Backend) exitLocked(a *attempt, ev backend.Event) {
 	delete(b.attempts, a.id)
 	a.pool.reserved = a.pool.reserved.Sub(a.res)
 	ev.Pool = a.pool.Name
-	b.q.push(ev)
+	b.q.Push(ev)
 }
 
 // run runs a command with the backend's timeout and returns its stdout.

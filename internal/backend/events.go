@@ -1,38 +1,38 @@
-package slurm
+package backend
 
-import (
-	"sync"
+import "sync"
 
-	"github.com/virga-ml/virga/internal/backend"
-)
-
-// eventQueue is an unbounded FIFO in front of the Events channel: watchers
-// push without ever blocking, and one goroutine hands events to the reader in
-// order. close drops what was not delivered and closes the channel.
-type eventQueue struct {
+// EventQueue is an unbounded FIFO in front of a backend's Events channel:
+// watchers push without ever blocking, and one goroutine hands events to the
+// reader in order. Close drops what was not delivered and closes the channel.
+type EventQueue struct {
 	mu     sync.Mutex
-	items  []backend.Event
+	items  []Event
 	closed bool
 
 	wake chan struct{} // capacity 1: "items may be non-empty"
 	quit chan struct{}
 	done chan struct{}
-	out  chan backend.Event
+	out  chan Event
 }
 
-func newEventQueue() *eventQueue {
-	q := &eventQueue{
+// Out is the channel the events are delivered on (a backend's Events).
+func (q *EventQueue) Out() <-chan Event { return q.out }
+
+// NewEventQueue starts a queue.
+func NewEventQueue() *EventQueue {
+	q := &EventQueue{
 		wake: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 		done: make(chan struct{}),
-		out:  make(chan backend.Event, 64),
+		out:  make(chan Event, 64),
 	}
 	go q.run()
 	return q
 }
 
-// push appends e; it never blocks. After close it drops e.
-func (q *eventQueue) push(e backend.Event) {
+// Push appends e; it never blocks. After Close it drops e.
+func (q *EventQueue) Push(e Event) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -46,7 +46,7 @@ func (q *eventQueue) push(e backend.Event) {
 	}
 }
 
-func (q *eventQueue) run() {
+func (q *EventQueue) run() {
 	defer close(q.done)
 	defer close(q.out)
 	for {
@@ -62,7 +62,7 @@ func (q *eventQueue) run() {
 			}
 		}
 		e := q.items[0]
-		q.items[0] = backend.Event{}
+		q.items[0] = Event{}
 		q.items = q.items[1:]
 		q.mu.Unlock()
 		select {
@@ -73,8 +73,8 @@ func (q *eventQueue) run() {
 	}
 }
 
-// close stops delivery and closes the channel; it is idempotent.
-func (q *eventQueue) close() {
+// Close stops delivery and closes the channel; it is idempotent.
+func (q *EventQueue) Close() {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
