@@ -238,9 +238,18 @@ func TestCrashWhilePausing(t *testing.T) {
 	if tr.Restarts != 0 || tr.Message != "paused by the searcher" {
 		t.Fatalf("after recovery the pause became restarts=%d, %q", tr.Restarts, tr.Message)
 	}
-	// The search goes on: the other trials run, the best one finishes.
-	for {
-		s := h.nextStart()
+	// The search goes on: every attempt that starts runs (the other trials,
+	// the promoted ones) until the experiment completes.
+	deadline := time.After(waitFor)
+	for h.exp(e.ID).State != virga.ExperimentCompleted {
+		var s *backend.StartSpec
+		select {
+		case s = <-h.be.starts:
+		case <-time.After(10 * time.Millisecond):
+			continue // the experiment may be completing
+		case <-deadline:
+			t.Fatalf("experiment %d did not complete: %s", e.ID, h.exp(e.ID).State)
+		}
 		h.started(s)
 		step := int64(1)
 		if s.TrialID == s1.TrialID {
@@ -248,14 +257,7 @@ func TestCrashWhilePausing(t *testing.T) {
 		}
 		h.report(s.AttemptID, step, 0.3+0.1*float64(s.TrialID))
 		h.exited(s.AttemptID, 0)
-		if ex := h.exp(e.ID); ex.State == virga.ExperimentCompleted {
-			break
-		}
-		if h.trial(s1.TrialID).State == virga.TrialCompleted {
-			break
-		}
 	}
-	h.waitExp(e.ID, virga.ExperimentCompleted)
 	completed := 0
 	for _, tr := range h.trials(e.ID) {
 		if tr.State == virga.TrialCompleted {
