@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Virga's whole test suite, from a fresh clone on a fresh Debian machine:
-# installs what is missing (PostgreSQL, Python with PyTorch, Optuna and matplotlib, Slurm), starts PostgreSQL
+# installs what is missing (PostgreSQL, Python with PyTorch, Optuna, matplotlib and scikit-learn, Slurm), starts PostgreSQL
 # and a single-host Slurm cluster (scripts/slurm.sh), runs every Go test with the race detector, the Python
 # tests, and a short fuzz pass of every parser, then stops what it started.
 #   scripts/test.sh            everything
@@ -13,6 +13,7 @@ need=()
 command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /usr/lib/postgresql/15 ] || need+=(postgresql)
 /usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
 /usr/bin/python3 -c 'import optuna, matplotlib' >/dev/null 2>&1 || need+=(python3-optuna python3-matplotlib)
+/usr/bin/python3 -c 'import sklearn' >/dev/null 2>&1 || need+=(python3-sklearn)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
