@@ -79,6 +79,7 @@ if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
   fuzz FuzzParseQueue 10 ./internal/backend/slurm
   fuzz FuzzExtractArchive 10 ./internal/checkpoint
   fuzz FuzzDecode 10 ./internal/agent
+  fuzz FuzzReadModel 10 ./elastic
   fuzz FuzzRestore 15 ./internal/search
   fuzz FuzzRead 15 ./internal/search/replay
   fuzz FuzzPredict 15 ./internal/search/curve
