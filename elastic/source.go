@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"context"
+	"fmt"
 	"io"
 )
 
@@ -30,6 +31,16 @@ func (s *SliceSource) Next(ctx context.Context) (*Batch, error) {
 	}
 	s.pos = end
 	return b, nil
+}
+
+// Skip implements Positioner.
+func (s *SliceSource) Skip(_ context.Context, n int64) error {
+	rows := len(s.X) / s.Cols
+	if int64(rows-s.pos) < n {
+		return fmt.Errorf("skipping %d rows: only %d left", n, rows-s.pos)
+	}
+	s.pos += int(n)
+	return nil
 }
 
 // Pos is the number of rows read so far (a shard's read position, for a

@@ -1,0 +1,367 @@
+package elastic
+
+// The network runtime: one coordinator holds the parameter state and serves
+// it over HTTP; worker processes use it through RemoteState.
+//
+// Why HTTP and not gRPC: the state's operations are three small
+// request/response calls (pull, push, barrier) whose payload is one dense
+// vector, which is sent as raw little-endian float64s; net/http gives
+// keep-alive connections, TLS and the bearer tokens the rest of Virga uses,
+// without a code generator in the build or another protocol stack on the
+// nodes. A push is one round trip of 8 bytes per element plus headers.
+//
+// Membership: a worker joins (it gets an ID) and every call it makes renews
+// its lease; a worker not heard from for the lease time (it was preempted,
+// killed) leaves, so a barrier never waits for it. A worker that leaves
+// tells the coordinator at once.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Coordinator serves a MemState to remote workers.
+type Coordinator struct {
+	State *MemState
+	// Lease is how long a silent worker stays a member; default 10 s.
+	Lease time.Duration
+	// Token, if set, must be sent by workers as a bearer token.
+	Token string
+	Now   func() time.Time
+
+	mu      sync.Mutex
+	next    int64
+	workers map[int64]time.Time // last heard from
+	once    sync.Once
+	stop    chan struct{}
+}
+
+// NewCoordinator returns a coordinator of st with no members yet (st's
+// membership follows the workers that join).
+func NewCoordinator(st *MemState) *Coordinator {
+	st.mu.Lock()
+	st.members = 0
+	st.mu.Unlock()
+	return &Coordinator{State: st, workers: map[int64]time.Time{}, stop: make(chan struct{})}
+}
+
+func (c *Coordinator) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *Coordinator) lease() time.Duration {
+	if c.Lease > 0 {
+		return c.Lease
+	}
+	return 10 * time.Second
+}
+
+// Members is the number of current workers.
+func (c *Coordinator) Members() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.workers)
+}
+
+// Expire removes the workers whose lease ran out; ServeHTTP calls it, and
+// Run calls it on a ticker so that a barrier opens when a silent worker's
+// lease ends.
+func (c *Coordinator) Expire() {
+	now := c.now()
+	c.mu.Lock()
+	var gone int
+	for id, seen := range c.workers {
+		if now.Sub(seen) > c.lease() {
+			delete(c.workers, id)
+			gone++
+		}
+	}
+	c.mu.Unlock()
+	for range gone {
+		c.State.Leave()
+	}
+}
+
+// Run expires silent workers until ctx ends.
+func (c *Coordinator) Run(ctx context.Context) {
+	t := time.NewTicker(c.lease() / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.Expire()
+		}
+	}
+}
+
+// renew marks a worker as heard from; false if it is not a member (its
+// lease ran out: it must join again).
+func (c *Coordinator) renew(id int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.workers[id]; !ok {
+		return false
+	}
+	c.workers[id] = c.now()
+	return true
+}
+
+// ServeHTTP implements the protocol:
+//
+//	POST /join                      -> {"worker": ID}
+//	POST /leave?worker=ID
+//	POST /pull?worker=ID&key=K      -> float64s (little-endian); 204 if no such key
+//	POST /push?worker=ID&key=K      <- float64s
+//	POST /barrier?worker=ID
+//	GET  /snapshot                  -> {"tensors": {...}} (a checkpoint of the state)
+func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c.Token != "" && r.Header.Get("Authorization") != "Bearer "+c.Token {
+		http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+		return
+	}
+	ctx := r.Context()
+	q := r.URL.Query()
+	if r.URL.Path == "/snapshot" && r.Method == http.MethodGet {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"tensors": c.State.Snapshot()})
+		return
+	}
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	if r.URL.Path == "/join" {
+		c.mu.Lock()
+		c.next++
+		id := c.next
+		c.workers[id] = c.now()
+		c.mu.Unlock()
+		c.State.Join()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]int64{"worker": id})
+		return
+	}
+	id, err := strconv.ParseInt(q.Get("worker"), 10, 64)
+	if err != nil {
+		http.Error(w, "worker: want the ID that /join gave", http.StatusBadRequest)
+		return
+	}
+	c.Expire()
+	if r.URL.Path == "/leave" {
+		c.mu.Lock()
+		_, ok := c.workers[id]
+		delete(c.workers, id)
+		c.mu.Unlock()
+		if ok {
+			c.State.Leave()
+		}
+		return
+	}
+	if !c.renew(id) {
+		http.Error(w, fmt.Sprintf("worker %d is not a member (its lease ran out); join again", id), http.StatusGone)
+		return
+	}
+	switch r.URL.Path {
+	case "/pull":
+		t, err := c.State.Pull(ctx, q.Get("key"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if t == nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = w.Write(encodeTensor(t))
+	case "/push":
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<31))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		t, err := decodeTensor(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := c.State.Push(ctx, q.Get("key"), t); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+	case "/barrier":
+		// The wait renews the lease: a worker waiting is alive.
+		done := make(chan error, 1)
+		go func() { done <- c.State.Barrier(ctx) }()
+		tick := time.NewTicker(c.lease() / 4)
+		defer tick.Stop()
+		for {
+			select {
+			case err := <-done:
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				}
+				return
+			case <-tick.C:
+				c.renew(id)
+				c.Expire()
+			}
+		}
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func encodeTensor(t Tensor) []byte {
+	b := make([]byte, 8*len(t))
+	for i, v := range t {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	}
+	return b
+}
+
+func decodeTensor(b []byte) (Tensor, error) {
+	if len(b)%8 != 0 {
+		return nil, fmt.Errorf("a tensor is a whole number of float64s (got %d bytes)", len(b))
+	}
+	t := make(Tensor, len(b)/8)
+	for i := range t {
+		v := math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("element %d is %v", i, v)
+		}
+		t[i] = v
+	}
+	return t, nil
+}
+
+// RemoteState is a worker's State on a coordinator.
+type RemoteState struct {
+	base   string
+	token  string
+	client *http.Client
+	worker int64
+
+	// Traffic counts the bytes of tensors pulled and pushed.
+	mu             sync.Mutex
+	pulled, pushed int64
+	pulls, pushes  int64
+}
+
+// Join joins the coordinator at base (e.g. http://head:7071) as a new
+// worker.
+func Join(ctx context.Context, base, token string) (*RemoteState, error) {
+	r := &RemoteState{base: base, token: token, client: &http.Client{}}
+	var out struct {
+		Worker int64 `json:"worker"`
+	}
+	body, err := r.call(ctx, "/join", nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body, &out); err != nil || out.Worker <= 0 {
+		return nil, fmt.Errorf("joining %s: unreadable answer %q", base, body)
+	}
+	r.worker = out.Worker
+	return r, nil
+}
+
+// Worker is this worker's ID.
+func (r *RemoteState) Worker() int64 { return r.worker }
+
+// Leave leaves the membership.
+func (r *RemoteState) Leave(ctx context.Context) error {
+	_, err := r.call(ctx, "/leave?worker="+strconv.FormatInt(r.worker, 10), nil)
+	return err
+}
+
+// Traffic returns the tensor bytes and calls pulled and pushed so far.
+func (r *RemoteState) Traffic() (pulledBytes, pushedBytes, pulls, pushes int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pulled, r.pushed, r.pulls, r.pushes
+}
+
+// ErrNotMember means the coordinator dropped this worker (its lease ran
+// out); it must join again.
+var ErrNotMember = errors.New("not a member of the coordinator any more")
+
+func (r *RemoteState) call(ctx context.Context, path string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusGone:
+		return nil, fmt.Errorf("%w: %s", ErrNotMember, bytes.TrimSpace(out))
+	case resp.StatusCode >= 300:
+		return nil, fmt.Errorf("%s: %s: %s", path, resp.Status, bytes.TrimSpace(out))
+	case resp.StatusCode == http.StatusNoContent:
+		return nil, nil
+	}
+	return out, nil
+}
+
+func (r *RemoteState) op(name, key string) string {
+	return "/" + name + "?worker=" + strconv.FormatInt(r.worker, 10) + "&key=" + url.QueryEscape(key)
+}
+
+// Pull implements State.
+func (r *RemoteState) Pull(ctx context.Context, key string) (Tensor, error) {
+	b, err := r.call(ctx, r.op("pull", key), nil)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.pulled += int64(len(b))
+	r.pulls++
+	r.mu.Unlock()
+	return decodeTensor(b)
+}
+
+// Push implements State.
+func (r *RemoteState) Push(ctx context.Context, key string, delta Tensor) error {
+	b := encodeTensor(delta)
+	if _, err := r.call(ctx, r.op("push", key), b); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.pushed += int64(len(b))
+	r.pushes++
+	r.mu.Unlock()
+	return nil
+}
+
+// Barrier implements State.
+func (r *RemoteState) Barrier(ctx context.Context) error {
+	_, err := r.call(ctx, "/barrier?worker="+strconv.FormatInt(r.worker, 10), nil)
+	return err
+}

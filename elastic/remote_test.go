@@ -1,0 +1,209 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// stream is the test input: values with a known exact median.
+func stream(n int) ([]float64, float64) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = 100 + 15*rng.NormFloat64() + 40*rng.ExpFloat64()
+	}
+	s := slices.Clone(x)
+	slices.Sort(s)
+	return x, (s[n/2-1] + s[n/2]) / 2
+}
+
+// dying stops its worker (cancels its context, as a kill -9 would end it:
+// no leave) after a number of batches.
+type dying struct {
+	Source
+	after  int
+	cancel context.CancelFunc
+}
+
+func (d *dying) Next(ctx context.Context) (*Batch, error) {
+	if d.after == 0 {
+		d.cancel()
+		return nil, context.Canceled
+	}
+	d.after--
+	return d.Source.Next(ctx)
+}
+
+func startCoordinator(t *testing.T, st *MemState) (*Coordinator, *httptest.Server) {
+	c := NewCoordinator(st)
+	c.Lease = 300 * time.Millisecond
+	srv := httptest.NewServer(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	go c.Run(ctx)
+	t.Cleanup(func() { cancel(); srv.Close() })
+	return c, srv
+}
+
+func checkMedian(t *testing.T, m Model, exact float64, n, batch int, slack int) {
+	t.Helper()
+	got := m["median"][0]
+	if rel := math.Abs(got-exact) / exact; rel > 0.01 {
+		t.Errorf("median %.4f, exact %.4f: %.3f%% off; want within 1%%", got, exact, 100*rel)
+	}
+	if c := int(m["n"][0]); c < n || c > n+slack*batch {
+		t.Errorf("counted %d values; want %d (plus at most %d batches counted twice)", c, n, slack)
+	}
+}
+
+// TestWorkerKilledMidRun: two worker processes' worth of RemoteStates on a
+// coordinator; one dies without a word a third of the way through its
+// shard; its lease runs out, and a new worker takes the shard over from the
+// position in the state. The result is the uninterrupted one's, within the
+// median's own noise.
+func TestWorkerKilledMidRun(t *testing.T) {
+	const n, batch = 2_000_000, 1000
+	x, exact := stream(n)
+	st := NewMemState(0)
+	if err := (Median{}).Initialize(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	coord, srv := startCoordinator(t, st)
+	shards := Shards(x, nil, 1, 2, batch)
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	run := func(ctx context.Context, shard int, src Source) {
+		defer wg.Done()
+		w, err := Join(ctx, srv.URL, "")
+		if err != nil {
+			errs <- err
+			return
+		}
+		if err := RunShard(ctx, Median{}, w, shard, src); err != nil && !errors.Is(err, context.Canceled) {
+			errs <- err
+			return
+		}
+		if ctx.Err() == nil {
+			_ = w.Leave(ctx)
+		}
+	}
+	ctx := context.Background()
+	dctx, kill := context.WithCancel(ctx)
+	wg.Add(2)
+	go run(ctx, 0, shards[0])
+	go run(dctx, 1, &dying{Source: shards[1], after: 300, cancel: kill})
+	wg.Wait()
+	// The dead worker is still a member until its lease runs out.
+	deadline := time.Now().Add(5 * time.Second)
+	for coord.Members() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m := coord.Members(); m != 0 {
+		t.Fatalf("%d members after the dead worker's lease; want 0", m)
+	}
+	wg.Add(1)
+	go run(ctx, 1, Shards(x, nil, 1, 2, batch)[1]) // a replacement, from the shard's start: it skips what was read
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := WaitShards(ctx, st, 2, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	m, err := (Median{}).Finalize(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMedian(t, m, exact, n, batch, 1)
+}
+
+// TestCoordinatorKilledMidRun: the coordinator's state is checkpointed
+// mid-run, the coordinator dies (its later pushes are lost), and a new one
+// restored from the checkpoint serves the workers, which start over from
+// the positions in it.
+func TestCoordinatorKilledMidRun(t *testing.T) {
+	const n, batch = 2_000_000, 1000
+	x, exact := stream(n)
+	st := NewMemState(0)
+	ctx := context.Background()
+	if err := (Median{}).Initialize(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	_, srv := startCoordinator(t, st)
+	// Both workers run until a third of the input is read; then the
+	// checkpoint is taken and the coordinator dies.
+	var checkpoint map[string]Tensor
+	var wg sync.WaitGroup
+	wctx, stopWorkers := context.WithCancel(ctx)
+	for k, src := range Shards(x, nil, 1, 2, batch) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := Join(wctx, srv.URL, "")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = RunShard(wctx, Median{}, w, k, src) // ends with the coordinator
+		}()
+	}
+	for {
+		p0, _ := st.Pull(ctx, posKey(0))
+		p1, _ := st.Pull(ctx, posKey(1))
+		if len(p0) == 1 && len(p1) == 1 && p0[0]+p1[0] >= n/3 {
+			checkpoint = st.Snapshot()
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	srv.CloseClientConnections()
+	srv.Close()
+	stopWorkers()
+	wg.Wait()
+
+	st2 := NewMemState(0)
+	st2.Restore(checkpoint)
+	_, srv2 := startCoordinator(t, st2)
+	for k, src := range Shards(x, nil, 1, 2, batch) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := Join(ctx, srv2.URL, "")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := RunShard(ctx, Median{}, w, k, src); err != nil {
+				t.Error(err)
+			}
+			_ = w.Leave(ctx)
+		}()
+	}
+	wg.Wait()
+	m, err := (Median{}).Finalize(ctx, st2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMedian(t, m, exact, n, batch, 2)
+}
+
+func TestTensorEncoding(t *testing.T) {
+	in := Tensor{0, -1.5, math.MaxFloat64, math.SmallestNonzeroFloat64}
+	out, err := decodeTensor(encodeTensor(in))
+	if err != nil || !slices.Equal(in, out) {
+		t.Fatalf("round trip %v -> %v, %v", in, out, err)
+	}
+	if _, err := decodeTensor(make([]byte, 7)); err == nil {
+		t.Error("7 bytes decoded as a tensor")
+	}
+	if _, err := decodeTensor(encodeTensor(Tensor{math.NaN()})); err == nil {
+		t.Error("NaN accepted")
+	}
+}
