@@ -1,0 +1,195 @@
+package elastic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Job runs an algorithm over a sharded input in this process, one worker
+// goroutine per shard, and can be stopped at any moment and resumed: the
+// state (with each shard's read position) is written to CheckpointDir as it
+// goes and when the job is stopped, and a job that finds a checkpoint there
+// resumes from it instead of initializing. This is how a built-in algorithm
+// runs as a Virga trial (VIRGA_CHECKPOINT_DIR).
+type Job struct {
+	Alg Algorithm
+	// Shards is the number of shards; Open opens shard k from its start.
+	Shards int
+	Open   func(ctx context.Context, shard int) (Source, error)
+	// CheckpointDir, if set, holds state.json; Every is how often it is
+	// written while the job runs (default 10 s), and OnCheckpoint is called
+	// after each write (e.g. to report progress to Virga, which then saves
+	// the directory).
+	CheckpointDir string
+	Every         time.Duration
+	OnCheckpoint  func(ctx context.Context, rows int64) error
+	// Base, if set, is a finished model's state to start from instead of
+	// Initialize (incremental training on new data); it must be a snapshot
+	// of the same algorithm's state (StateFile).
+	Base map[string]Tensor
+}
+
+// StateFile is the checkpoint's file name in CheckpointDir.
+const StateFile = "state.json"
+
+type checkpointFile struct {
+	Tensors map[string]Tensor `json:"tensors"`
+}
+
+// Run runs the job to its end and returns the model and the state. When ctx
+// ends first, it writes a last checkpoint and returns ctx's error.
+func (j *Job) Run(ctx context.Context) (Model, *MemState, error) {
+	st := NewMemState(j.Shards)
+	resumed, err := j.load(st)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !resumed {
+		if j.Base != nil {
+			base := make(map[string]Tensor, len(j.Base))
+			for k, t := range j.Base {
+				if !isRuntimeKey(k) { // the new input is read from its start
+					base[k] = t
+				}
+			}
+			st.Restore(base)
+		} else if err := j.Alg.Initialize(ctx, st); err != nil {
+			return nil, st, fmt.Errorf("initialize: %w", err)
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, j.Shards)
+	var wg sync.WaitGroup
+	for k := range j.Shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer st.Leave()
+			src, err := j.Open(wctx, k)
+			if err == nil {
+				err = RunShard(wctx, j.Alg, st, k, src)
+			}
+			if err != nil && !errors.Is(err, context.Canceled) {
+				errs <- fmt.Errorf("shard %d: %w", k, err)
+				cancel()
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	every := j.Every
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		case <-tick.C:
+			if err := j.checkpoint(ctx, st); err != nil {
+				cancel()
+				<-done
+				return nil, st, err
+			}
+		}
+	}
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, st, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Stopped: the last checkpoint holds what was done.
+		if cerr := j.checkpoint(context.WithoutCancel(ctx), st); cerr != nil {
+			return nil, st, cerr
+		}
+		return nil, st, err
+	}
+	m, err := j.Alg.Finalize(ctx, st)
+	if err != nil {
+		return nil, st, fmt.Errorf("finalize: %w", err)
+	}
+	if err := j.checkpoint(ctx, st); err != nil {
+		return nil, st, err
+	}
+	return m, st, nil
+}
+
+func isRuntimeKey(k string) bool { return len(k) > 6 && k[:6] == "shard/" }
+
+// Rows is the number of rows the state says were consumed, over all shards.
+func Rows(snapshot map[string]Tensor) int64 {
+	var n int64
+	for k, t := range snapshot {
+		if isRuntimeKey(k) && filepath.Base(k) == "pos" && len(t) == 1 {
+			n += int64(t[0])
+		}
+	}
+	return n
+}
+
+func (j *Job) load(st *MemState) (bool, error) {
+	if j.CheckpointDir == "" {
+		return false, nil
+	}
+	b, err := os.ReadFile(filepath.Join(j.CheckpointDir, StateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var f checkpointFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return false, fmt.Errorf("%s: %w", filepath.Join(j.CheckpointDir, StateFile), err)
+	}
+	st.Restore(f.Tensors)
+	return true, nil
+}
+
+// checkpoint writes the state atomically and calls OnCheckpoint.
+func (j *Job) checkpoint(ctx context.Context, st *MemState) error {
+	if j.CheckpointDir == "" {
+		return nil
+	}
+	snap := st.Snapshot()
+	b, err := json.Marshal(checkpointFile{Tensors: snap})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(j.CheckpointDir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(j.CheckpointDir, ".state-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(j.CheckpointDir, StateFile)); err != nil {
+		return err
+	}
+	if j.OnCheckpoint != nil {
+		return j.OnCheckpoint(ctx, Rows(snap))
+	}
+	return nil
+}
