@@ -63,7 +63,9 @@ func TestJobIncremental(t *testing.T) {
 	first, second := x[:n], x[n:]
 	run := func(data []float64, base map[string]Tensor) (Model, *MemState) {
 		j := &Job{Alg: Median{}, Shards: 1, Base: base,
-			Open: func(context.Context, int) (Source, error) { return &SliceSource{X: data, Cols: 1, BatchRows: batch}, nil }}
+			Open: func(context.Context, int) (Source, error) {
+				return &SliceSource{X: data, Cols: 1, BatchRows: batch}, nil
+			}}
 		m, st, err := j.Run(context.Background())
 		if err != nil {
 			t.Fatal(err)
