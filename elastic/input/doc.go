@@ -1,0 +1,68 @@
+// Package input reads training data as an elastic.Source: batches of dense
+// rows (elastic.Batch{X, Cols, Y}) from files, standard input and network
+// streams, whole or as one shard of many, from the start or resumed at a
+// position.
+//
+// # Where from
+//
+// Open (and OpenShard, OpenShardAt) take a URI:
+//
+//   - a file path; a file whose content is gzip compressed is decompressed
+//     (recognised by its magic bytes, so "data.csv.gz" and a gzip stream on
+//     standard input both work);
+//   - "-" for standard input;
+//   - "tcp://host:port": the reader connects and reads until the peer closes
+//     the connection;
+//   - "http://..." or "https://...": the response body is streamed.
+//
+// Network streams are read once and never stored (the non-persistent data
+// case): they cannot be resumed at a position (ErrNotResumable), and
+// cancelling a Next that waits on one closes it. NewReader and
+// NewShardReader read any io.Reader.
+//
+// The format is Options.Format or the suffix of the name (for URLs, of the
+// path), after an optional ".gz": .csv, .jsonl/.json/.ndjson, .libsvm/.svm.
+//
+// # Formats
+//
+// In every format a line is a row; blank lines and lines whose first
+// non-blank character is '#' are not rows (and are not counted for shards
+// and positions). Values are decimal numbers as strconv.ParseFloat reads
+// them; NaN and infinities are rejected. Every row must have the width of
+// the first row the reader parses, and either every row has a label or
+// none.
+//
+// CSV: numbers separated by Options.Comma (',' by default; ' ' splits on
+// runs of blanks), each optionally within double quotes. Options.Label
+// names the label column (1-based; LastColumn for the last; 0, the
+// default, for none): it goes to Y, the other columns to X. Options.Header
+// skips the first line. Quoted delimiters and multi-line fields are not
+// supported (the data is numbers).
+//
+// JSON lines: one object per line, {"x": [numbers], "y": number} or
+// {"features": [numbers], "label": number}; the label is optional, and
+// other fields are ignored.
+//
+// libsvm: "label index:value index:value ... # comment" with 1-based
+// indices in any order, each at most once; absent features are 0 and
+// "qid:n" is ignored. The output is dense with Options.Features columns;
+// if 0, the width is the highest index of the first batch, and a larger
+// index later is an error. Set Options.Features when reading shards or
+// resuming, so that every reader has the same width.
+//
+// Errors name the input, the line and what was expected, e.g.
+//
+//	data.csv:17: column 3: "abc" is not a number
+//
+// # Shards and positions
+//
+// Shard k of n holds the rows i (0-based, counted over the whole input)
+// with i % n == k, so that n readers together read every row exactly once,
+// whatever the input (files, standard input, streams). Each reader reads
+// the whole input but parses only its rows.
+//
+// Pos is the number of rows of the shard returned so far. OpenShardAt(uri,
+// opts, k, n, pos) skips the first pos rows of the shard unparsed and goes
+// on from there, so a stopped job resumes where it stopped: store Pos with
+// the state in the checkpoint.
+package input
