@@ -19,9 +19,9 @@ import (
 // runs as a Virga trial (VIRGA_CHECKPOINT_DIR).
 type Job struct {
 	Alg Algorithm
-	// Shards is the number of shards; Open opens shard k from its start.
+	// Shards is the number of shards; Open opens shard k at a row.
 	Shards int
-	Open   func(ctx context.Context, shard int) (Source, error)
+	Open   Opener
 	// CheckpointDir, if set, holds state.json; Every is how often it is
 	// written while the job runs (default 10 s), and OnCheckpoint is called
 	// after each write (e.g. to report progress to Virga, which then saves
@@ -72,10 +72,7 @@ func (j *Job) Run(ctx context.Context) (Model, *MemState, error) {
 		go func() {
 			defer wg.Done()
 			defer st.Leave()
-			src, err := j.Open(wctx, k)
-			if err == nil {
-				err = RunShard(wctx, j.Alg, st, k, src)
-			}
+			err := RunShard(wctx, j.Alg, st, k, j.Open)
 			if err != nil && !errors.Is(err, context.Canceled) {
 				errs <- fmt.Errorf("shard %d: %w", k, err)
 				cancel()

@@ -21,8 +21,9 @@ func TestJobStopAnyMomentResumes(t *testing.T) {
 	var checkpoints int
 	job := func() *Job {
 		return &Job{Alg: Median{}, Shards: shards, CheckpointDir: dir, Every: 5 * time.Millisecond,
-			Open: func(_ context.Context, k int) (Source, error) {
-				return &slow{Positioner: Shards(x, nil, 1, shards, batch)[k].(Positioner)}, nil
+			Open: func(ctx context.Context, k int, pos int64) (Source, error) {
+				src, err := SliceOpener(x, nil, 1, shards, batch)(ctx, k, pos)
+				return &slow{Source: src}, err
 			},
 			OnCheckpoint: func(context.Context, int64) error { checkpoints++; return nil }}
 	}
@@ -63,9 +64,7 @@ func TestJobIncremental(t *testing.T) {
 	first, second := x[:n], x[n:]
 	run := func(data []float64, base map[string]Tensor) (Model, *MemState) {
 		j := &Job{Alg: Median{}, Shards: 1, Base: base,
-			Open: func(context.Context, int) (Source, error) {
-				return &SliceSource{X: data, Cols: 1, BatchRows: batch}, nil
-			}}
+			Open: SliceOpener(data, nil, 1, 1, batch)}
 		m, st, err := j.Run(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -81,9 +80,9 @@ func TestJobIncremental(t *testing.T) {
 
 // slow makes each batch take a while, so that the test can stop the job
 // at many moments of its run.
-type slow struct{ Positioner }
+type slow struct{ Source }
 
 func (s *slow) Next(ctx context.Context) (*Batch, error) {
 	time.Sleep(200 * time.Microsecond)
-	return s.Positioner.Next(ctx)
+	return s.Source.Next(ctx)
 }

@@ -75,17 +75,17 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	coord, srv := startCoordinator(t, st)
-	shards := Shards(x, nil, 1, 2, batch)
+	open := SliceOpener(x, nil, 1, 2, batch)
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	run := func(ctx context.Context, shard int, src Source) {
+	run := func(ctx context.Context, shard int, open Opener) {
 		defer wg.Done()
 		w, err := Join(ctx, srv.URL, "")
 		if err != nil {
 			errs <- err
 			return
 		}
-		if err := RunShard(ctx, Median{}, w, shard, src); err != nil && !errors.Is(err, context.Canceled) {
+		if err := RunShard(ctx, Median{}, w, shard, open); err != nil && !errors.Is(err, context.Canceled) {
 			errs <- err
 			return
 		}
@@ -96,8 +96,11 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	ctx := context.Background()
 	dctx, kill := context.WithCancel(ctx)
 	wg.Add(2)
-	go run(ctx, 0, shards[0])
-	go run(dctx, 1, &dying{Source: shards[1], after: 300, cancel: kill})
+	go run(ctx, 0, open)
+	go run(dctx, 1, func(ctx context.Context, k int, pos int64) (Source, error) {
+		src, err := open(ctx, k, pos)
+		return &dying{Source: src, after: 300, cancel: kill}, err
+	})
 	wg.Wait()
 	// The dead worker is still a member until its lease runs out.
 	deadline := time.Now().Add(5 * time.Second)
@@ -108,7 +111,7 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		t.Fatalf("%d members after the dead worker's lease; want 0", m)
 	}
 	wg.Add(1)
-	go run(ctx, 1, Shards(x, nil, 1, 2, batch)[1]) // a replacement, from the shard's start: it skips what was read
+	go run(ctx, 1, open) // a replacement: it starts where the state says the shard was read to
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -142,7 +145,8 @@ func TestCoordinatorKilledMidRun(t *testing.T) {
 	var checkpoint map[string]Tensor
 	var wg sync.WaitGroup
 	wctx, stopWorkers := context.WithCancel(ctx)
-	for k, src := range Shards(x, nil, 1, 2, batch) {
+	open := SliceOpener(x, nil, 1, 2, batch)
+	for k := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -151,7 +155,7 @@ func TestCoordinatorKilledMidRun(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			_ = RunShard(wctx, Median{}, w, k, src) // ends with the coordinator
+			_ = RunShard(wctx, Median{}, w, k, open) // ends with the coordinator
 		}()
 	}
 	for {
@@ -171,7 +175,7 @@ func TestCoordinatorKilledMidRun(t *testing.T) {
 	st2 := NewMemState(0)
 	st2.Restore(checkpoint)
 	_, srv2 := startCoordinator(t, st2)
-	for k, src := range Shards(x, nil, 1, 2, batch) {
+	for k := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -180,7 +184,7 @@ func TestCoordinatorKilledMidRun(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if err := RunShard(ctx, Median{}, w, k, src); err != nil {
+			if err := RunShard(ctx, Median{}, w, k, open); err != nil {
 				t.Error(err)
 			}
 			_ = w.Leave(ctx)

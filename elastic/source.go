@@ -33,8 +33,8 @@ func (s *SliceSource) Next(ctx context.Context) (*Batch, error) {
 	return b, nil
 }
 
-// Skip implements Positioner.
-func (s *SliceSource) Skip(_ context.Context, n int64) error {
+// Skip discards the next n rows.
+func (s *SliceSource) Skip(n int64) error {
 	rows := len(s.X) / s.Cols
 	if int64(rows-s.pos) < n {
 		return fmt.Errorf("skipping %d rows: only %d left", n, rows-s.pos)
@@ -60,4 +60,16 @@ func Shards(x []float64, y []float64, cols, n, batchRows int) []Source {
 		out = append(out, s)
 	}
 	return out
+}
+
+// SliceOpener opens shard k of n of an in-memory matrix (see Shards) at a
+// row position.
+func SliceOpener(x, y []float64, cols, n, batchRows int) Opener {
+	return func(_ context.Context, k int, pos int64) (Source, error) {
+		s := Shards(x, y, cols, n, batchRows)[k].(*SliceSource)
+		if err := s.Skip(pos); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 }

@@ -16,37 +16,33 @@ import (
 func posKey(shard int) string  { return "shard/" + strconv.Itoa(shard) + "/pos" }
 func doneKey(shard int) string { return "shard/" + strconv.Itoa(shard) + "/done" }
 
-// Positioner is a Source that can skip rows already consumed (files; not a
-// network stream read once).
-type Positioner interface {
-	Source
-	// Skip discards the next n rows.
-	Skip(ctx context.Context, n int64) error
-}
+// Opener opens shard k of an input at row pos (the rows before it were
+// consumed already). A source that cannot start past its beginning (a
+// network stream read once) returns an error for pos > 0.
+type Opener func(ctx context.Context, shard int, pos int64) (Source, error)
 
-// RunShard runs alg's Update over one shard of the input on st: it skips the
-// rows the state says were consumed, then for each batch updates and
-// advances the shard's position, and marks the shard done at its end. A
-// worker that dies between an update and its position push makes the batch
-// count twice when the shard is taken over (at-least-once).
-func RunShard(ctx context.Context, alg Algorithm, st State, shard int, src Source) error {
-	pos, err := st.Pull(ctx, posKey(shard))
-	if err != nil {
-		return err
-	}
+// RunShard runs alg's Update over one shard of the input on st: it opens
+// the shard at the position the state records, then for each batch updates
+// and advances the position, and marks the shard done at its end. A worker
+// that dies between an update and its position push makes that batch count
+// twice when the shard is taken over (at-least-once).
+func RunShard(ctx context.Context, alg Algorithm, st State, shard int, open Opener) error {
 	if done, err := st.Pull(ctx, doneKey(shard)); err != nil {
 		return err
 	} else if len(done) == 1 && done[0] > 0 {
 		return nil
 	}
-	if len(pos) == 1 && pos[0] > 0 {
-		p, ok := src.(Positioner)
-		if !ok {
-			return fmt.Errorf("shard %d was read to row %d, and its source cannot skip rows (a stream read once cannot be resumed)", shard, int64(pos[0]))
-		}
-		if err := p.Skip(ctx, int64(pos[0])); err != nil {
-			return fmt.Errorf("shard %d: skipping to row %d: %w", shard, int64(pos[0]), err)
-		}
+	pos, err := st.Pull(ctx, posKey(shard))
+	if err != nil {
+		return err
+	}
+	var at int64
+	if len(pos) == 1 {
+		at = int64(pos[0])
+	}
+	src, err := open(ctx, shard, at)
+	if err != nil {
+		return fmt.Errorf("shard %d at row %d: %w", shard, at, err)
 	}
 	for {
 		b, err := src.Next(ctx)
