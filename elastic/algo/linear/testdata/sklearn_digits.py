@@ -1,0 +1,23 @@
+"""scikit-learn on the digits split of linear_test.go: rows i % 5 == 4 are
+the test set, the others train. Prints JSON accuracies (and exits 3 with a
+clear message when scikit-learn is missing)."""
+import gzip, json, sys
+try:
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression, SGDClassifier
+    from sklearn.preprocessing import StandardScaler
+except ImportError as e:
+    print("scikit-learn is missing (%s): apt-get install python3-sklearn" % e, file=sys.stderr)
+    sys.exit(3)
+
+data = np.loadtxt(gzip.open(sys.argv[1], "rt"), delimiter=",")
+x, y = data[:, :-1], data[:, -1].astype(int)
+test = np.arange(len(y)) % 5 == 4
+sc = StandardScaler().fit(x[~test])
+xtr, xte = sc.transform(x[~test]), sc.transform(x[test])
+out = {"train_rows": int((~test).sum()), "test_rows": int(test.sum())}
+lr = LogisticRegression(max_iter=5000).fit(xtr, y[~test])
+out["logistic_regression"] = float((lr.predict(xte) == y[test]).mean())
+sgd = SGDClassifier(loss="log_loss", random_state=0, max_iter=1000, tol=1e-4).fit(xtr, y[~test])
+out["sgd_classifier"] = float((sgd.predict(xte) == y[test]).mean())
+print(json.dumps(out))
