@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/virga-ml/virga/elastic"
+	"github.com/virga-ml/virga/elastic/input"
+	"github.com/virga-ml/virga/sdk/go/trial"
+)
+
+// builtin is one of Virga's built-in streaming algorithms.
+type builtin struct {
+	name, summary string
+	// make builds the algorithm from its parameters (flags --param k=v and
+	// the trial's hyperparameters) and the input's width.
+	make func(params map[string]float64) (elastic.Algorithm, error)
+	// save turns the final model into the saved format.
+	save func(m elastic.Model, params map[string]float64) *elastic.SavedModel
+}
+
+var builtins = map[string]builtin{
+	"median": {name: "median", summary: "the median of the first column, by stochastic gradient descent",
+		make: func(map[string]float64) (elastic.Algorithm, error) { return elastic.Median{}, nil },
+		save: vectors("median")},
+	"moments": {name: "moments", summary: "count, mean and variance of every column (exact, one pass)",
+		make: func(map[string]float64) (elastic.Algorithm, error) { return elastic.Moments{}, nil },
+		save: vectors("moments")},
+}
+
+// vectors saves a model whose tensors are all vectors.
+func vectors(algo string) func(elastic.Model, map[string]float64) *elastic.SavedModel {
+	return func(m elastic.Model, params map[string]float64) *elastic.SavedModel {
+		sm := &elastic.SavedModel{Algorithm: algo, Params: params, Tensors: map[string]elastic.SavedTensor{}}
+		for k, t := range m {
+			sm.Tensors[k] = elastic.SavedTensor{Shape: []int{len(t)}, Data: t}
+		}
+		return sm
+	}
+}
+
+func builtinNames() []string {
+	var names []string
+	for n := range builtins {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func newAlgoCmd(g *globals) *cobra.Command {
+	var in, format, label, modelOut, base string
+	var header bool
+	var batch, workers int
+	var params []string
+	var every time.Duration
+	var sample int64
+	var price float64
+	cmd := &cobra.Command{
+		Use:   "algo NAME --input URI",
+		Short: "Run a built-in streaming algorithm over an input (as a trial, so experiments can tune it)",
+		Long: `Run one of Virga's built-in streaming algorithms (the initialize / update / finalize model of
+package elastic) over an input read once: a file (CSV, JSON lines, libsvm; .gz too), '-' for standard
+input, or a network stream (tcp://host:port, http(s)://...). --workers splits the input into shards read
+in parallel.
+
+Under Virga (an experiment's entrypoint) the algorithm's state and each shard's read position are written
+to VIRGA_CHECKPOINT_DIR as it goes and on SIGTERM, and a restarted trial resumes where it stopped; progress
+is reported as the metric "rows". Parameters come from --param name=value and the trial's hyperparameters.
+
+--sample N runs on the first N rows of each shard only and prints the rows per second per worker and,
+with --price (USD per worker-hour), the time and cost of the whole input.
+
+Algorithms: ` + strings.Join(builtinNames(), ", "),
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, ok := builtins[args[0]]
+			if !ok {
+				return usageError{fmt.Errorf("unknown algorithm %q (known: %s)", args[0], strings.Join(builtinNames(), ", "))}
+			}
+			if in == "" {
+				return usageError{errors.New("--input is required: a file, '-' for standard input, tcp://host:port or an http(s) URL")}
+			}
+			opts := input.Options{Format: input.Format(format), BatchRows: batch, Header: header}
+			switch label {
+			case "", "none":
+			case "last":
+				opts.Label = input.LastColumn
+			default:
+				n, err := strconv.Atoi(label)
+				if err != nil || n < 1 {
+					return usageError{fmt.Errorf("--label %q: want a 1-based column number, last, or none", label)}
+				}
+				opts.Label = n
+			}
+			if workers < 1 {
+				return usageError{errors.New("--workers must be at least 1")}
+			}
+			t, err := trial.FromEnv()
+			if err != nil {
+				return err
+			}
+			ps, err := algoParams(params, t.HParams())
+			if err != nil {
+				return usageError{err}
+			}
+			alg, err := b.make(ps)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			job := &elastic.Job{Alg: alg, Shards: workers, Every: every,
+				Open: func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
+					src, err := input.OpenShardAt(in, opts, k, workers, pos)
+					if err != nil {
+						return nil, err
+					}
+					if sample > 0 {
+						return &limited{Source: src, left: sample - pos}, nil
+					}
+					return src, nil
+				}}
+			if base != "" {
+				if job.Base, err = readState(base); err != nil {
+					return err
+				}
+			}
+			step := int64(0)
+			if t.Managed() {
+				job.CheckpointDir = t.CheckpointDir()
+				job.OnCheckpoint = func(ctx context.Context, rows int64) error {
+					step++
+					_, err := t.Report(ctx, step, map[string]float64{"rows": float64(rows)})
+					return err
+				}
+			}
+			start := time.Now()
+			m, st, err := job.Run(ctx)
+			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+				fmt.Fprintln(g.stderr, "virga algo: stopped; the checkpoint holds the state")
+				return exitError{code: trial.StoppedExitCode}
+			}
+			if err != nil {
+				return err
+			}
+			rows := elastic.Rows(st.Snapshot())
+			secs := time.Since(start).Seconds()
+			if sample > 0 {
+				perWorker := float64(rows) / secs / float64(workers)
+				fmt.Fprintf(g.stdout, "sample: %d rows on %d workers in %.2fs: %.0f rows/s per worker\n", rows, workers, secs, perWorker)
+				if total, err := countRows(in, opts); err == nil && perWorker > 0 {
+					hours := float64(total) / perWorker / float64(workers) / 3600
+					fmt.Fprintf(g.stdout, "whole input: %d rows: about %s on %d workers", total, time.Duration(hours*float64(time.Hour)).Round(time.Second), workers)
+					if price > 0 {
+						fmt.Fprintf(g.stdout, ", $%.4f at $%g per worker-hour", hours*float64(workers)*price, price)
+					}
+					fmt.Fprintln(g.stdout)
+				} else if err != nil {
+					fmt.Fprintf(g.stdout, "whole input: its size is unknown (%v)\n", err)
+				}
+				return nil
+			}
+			saved := b.save(m, ps)
+			if modelOut != "" {
+				if err := elastic.SaveModelFile(modelOut, saved); err != nil {
+					return err
+				}
+			}
+			if t.Managed() {
+				metrics := map[string]float64{"rows": float64(rows)}
+				for k, tn := range m {
+					if len(tn) == 1 {
+						metrics[k] = tn[0]
+					}
+				}
+				if _, err := t.Report(ctx, step+1, metrics); err != nil {
+					return err
+				}
+			}
+			if g.json {
+				return g.printJSON(saved)
+			}
+			fmt.Fprintf(g.stdout, "%s: %d rows in %.2fs\n", b.name, rows, secs)
+			keys := make([]string, 0, len(m))
+			for k := range m {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				tn := m[k]
+				if len(tn) > 8 {
+					fmt.Fprintf(g.stdout, "  %s: %d values\n", k, len(tn))
+				} else {
+					fmt.Fprintf(g.stdout, "  %s: %v\n", k, []float64(tn))
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in, "input", "", "the input: a file, '-' for standard input, tcp://host:port, or an http(s) URL")
+	f.StringVar(&format, "format", "", "csv, jsonl or libsvm (default: by the file's suffix)")
+	f.StringVar(&label, "label", "none", "CSV label column: a 1-based number, last, or none")
+	f.BoolVar(&header, "header", false, "the CSV input starts with a header line")
+	f.IntVar(&batch, "batch", 1000, "rows per mini-batch")
+	f.IntVar(&workers, "workers", 1, "workers (shards of the input read in parallel)")
+	f.StringArrayVar(&params, "param", nil, "an algorithm parameter name=value (repeatable); the trial's hyperparameters also count")
+	f.StringVar(&modelOut, "model", "", "write the model here (virga.elastic.model/v1)")
+	f.StringVar(&base, "base", "", "incremental training: start from this finished run's state (its checkpoint directory or state.json)")
+	f.DurationVar(&every, "checkpoint-every", 10*time.Second, "how often the state is checkpointed under Virga")
+	f.Int64Var(&sample, "sample", 0, "estimate: run on the first N rows of each shard and print the throughput")
+	f.Float64Var(&price, "price", 0, "with --sample: USD per worker-hour, to print the whole input's cost")
+	return cmd
+}
+
+// algoParams merges --param name=value with the trial's numeric
+// hyperparameters (flags win).
+func algoParams(flags []string, hp map[string]any) (map[string]float64, error) {
+	ps := map[string]float64{}
+	for k, v := range hp {
+		switch x := v.(type) {
+		case float64:
+			ps[k] = x
+		case json.Number:
+			if f, err := x.Float64(); err == nil {
+				ps[k] = f
+			}
+		case bool:
+			if x {
+				ps[k] = 1
+			} else {
+				ps[k] = 0
+			}
+		}
+	}
+	for _, p := range flags {
+		k, v, ok := strings.Cut(p, "=")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || k == "" || err != nil {
+			return nil, fmt.Errorf("--param %q: want name=number", p)
+		}
+		ps[k] = f
+	}
+	return ps, nil
+}
+
+// readState reads a finished run's state: a checkpoint directory or its
+// state.json.
+func readState(path string) (map[string]elastic.Tensor, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, elastic.StateFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--base: %w", err)
+	}
+	var f struct {
+		Tensors map[string]elastic.Tensor `json:"tensors"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("--base %s: %w", path, err)
+	}
+	return f.Tensors, nil
+}
+
+// limited ends a shard after a number of rows (for --sample).
+type limited struct {
+	elastic.Source
+	left int64
+}
+
+func (l *limited) Next(ctx context.Context) (*elastic.Batch, error) {
+	if l.left <= 0 {
+		return nil, io.EOF
+	}
+	b, err := l.Source.Next(ctx)
+	if err == nil {
+		l.left -= int64(b.Rows())
+	}
+	return b, err
+}
+
+// countRows counts an input's rows by reading it (files only).
+func countRows(uri string, opts input.Options) (int64, error) {
+	if uri == "-" || input.IsNetwork(uri) {
+		return 0, errors.New("a stream's length is not known in advance")
+	}
+	src, err := input.Open(uri, opts)
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	ctx := context.Background()
+	for {
+		_, err := src.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return src.Pos(), nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
