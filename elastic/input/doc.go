@@ -48,7 +48,8 @@
 // "qid:n" is ignored. The output is dense with Options.Features columns;
 // if 0, the width is the highest index of the first batch, and a larger
 // index later is an error. Set Options.Features when reading shards or
-// resuming, so that every reader has the same width.
+// resuming, so that every reader has the same width. Indices go up to
+// MaxFeatures, and a batch holds at most MaxBatchValues values.
 //
 // Errors name the input, the line and what was expected, e.g.
 //

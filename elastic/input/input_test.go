@@ -489,3 +489,34 @@ func TestCommaSpace(t *testing.T) {
 		t.Fatalf("%v %v %v", x, y, err)
 	}
 }
+
+func TestLibSVMTooWide(t *testing.T) {
+	in := strings.Repeat("1 1048576:1\n", 40)
+	s, err := NewReader(strings.NewReader(in), "w.svm", Options{BatchRows: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := readAll(t, s); err == nil || !strings.Contains(err.Error(), "lower Options.BatchRows") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// BenchmarkCSV parses dense 64-feature rows with a label (the digits
+// shape); it reports rows per second.
+func BenchmarkCSV(b *testing.B) {
+	var buf bytes.Buffer
+	Write(&buf, CSV, randomBatch(10000, 64, true))
+	data := buf.Bytes()
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	rows := 0
+	for range b.N {
+		s, _ := NewReader(bytes.NewReader(data), "b.csv", Options{Label: LastColumn})
+		_, y, _, err := readAll(b, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows += len(y)
+	}
+	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+}

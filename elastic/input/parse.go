@@ -15,6 +15,11 @@ import (
 // MaxFeatures is the highest libsvm feature index accepted.
 const MaxFeatures = 1 << 20
 
+// MaxBatchValues bounds the values of a dense libsvm batch (rows times
+// features, 256 MiB): sparse rows with high indices would otherwise take
+// far more memory than their text.
+const MaxBatchValues = 1 << 25
+
 // parser turns the lines of one batch into a dense batch.
 type parser interface {
 	begin()
@@ -24,11 +29,11 @@ type parser interface {
 
 // number parses one value.
 func number(s []byte) (float64, error) {
+	if len(s) == 0 {
+		return 0, errors.New("empty, not a number")
+	}
 	v, err := strconv.ParseFloat(string(s), 64)
 	if err != nil {
-		if len(s) == 0 {
-			return 0, errors.New("empty, not a number")
-		}
 		return 0, fmt.Errorf("%q is not a number", s)
 	}
 	if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -252,6 +257,9 @@ func (p *svmParser) end() (*elastic.Batch, error) {
 		p.inferred = true
 	}
 	rows := len(p.starts)
+	if rows*p.features > MaxBatchValues {
+		return nil, fmt.Errorf("a dense batch of %d rows of %d features is too large (over %d values): lower Options.BatchRows", rows, p.features, MaxBatchValues)
+	}
 	x := make([]float64, rows*p.features)
 	for r, s := range p.starts {
 		e := len(p.idx)
