@@ -441,6 +441,8 @@ func TestErrors(t *testing.T) {
 		{"d.jsonl", `{"y": 1}`, Options{}, `d.jsonl:1: no features: want "x" (or "features"), a non-empty array of numbers`},
 		{"d.jsonl", `[1, 2]`, Options{}, `d.jsonl:1: want an object {"x": [numbers], "y": number}: json: cannot unmarshal array`},
 		{"d.jsonl", `{"x": [1], "features": [2]}`, Options{}, `d.jsonl:1: both "x" and "features"`},
+		{"d.jsonl", `{"x": [1, null]}`, Options{}, `d.jsonl:1: feature 2: null, not a number`},
+		{"d.jsonl", `{"x": [1], "y": "a"}`, Options{}, `d.jsonl:1: want an object {"x": [numbers], "y": number}: json: cannot unmarshal string`},
 		{"d.svm", "1 1:1\n1 0:2\n", Options{}, `d.svm:2: "0:2": the index is not an integer from 1 to 1048576`},
 		{"d.svm", "1 2:1 2:3\n", Options{}, `d.svm:1: index 2 repeated`},
 		{"d.svm", "1 2:1\n1 5:1\n", Options{Features: 4}, `d.svm:2: index 5 beyond the 4 features (Options.Features)`},

@@ -122,10 +122,10 @@ type jsonParser struct {
 }
 
 type jsonRow struct {
-	X        []float64 `json:"x"`
-	Y        *float64  `json:"y"`
-	Features []float64 `json:"features"`
-	Label    *float64  `json:"label"`
+	X        []*float64 `json:"x"` // pointers, to tell null from 0
+	Y        *float64   `json:"y"`
+	Features []*float64 `json:"features"`
+	Label    *float64   `json:"label"`
 }
 
 func (p *jsonParser) begin() { p.x, p.y = nil, nil }
@@ -168,7 +168,14 @@ func (p *jsonParser) row(line []byte) error {
 		}
 		return errors.New(`no label ("y" or "label"), but the first row has one`)
 	}
-	p.x = append(p.x, x...)
+	for j, v := range x {
+		if v == nil {
+			return fmt.Errorf("feature %d: null, not a number", j+1)
+		}
+	}
+	for _, v := range x {
+		p.x = append(p.x, *v)
+	}
 	if y != nil {
 		p.y = append(p.y, *y)
 	}
