@@ -27,7 +27,7 @@
 //
 // # Validation
 //
-// A row is held out for validation when a hash of its features and label
+// A row is held out for validation when a hash of the bits of its features and label
 // falls below Config.ValidationFraction (default 0.1): deterministic,
 // independent of the order and split of the stream, and the same row is
 // held out on every pass. A held-out row is not trained on; it is scored
@@ -61,7 +61,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math"
 	"strconv"
@@ -223,20 +222,20 @@ func (l *Learner) heldOut(x []float64, y float64) bool {
 	if l.cfg.ValidationFraction <= 0 {
 		return false
 	}
-	h := fnv.New64a()
-	var b [8]byte
-	put := func(v float64) {
-		u := math.Float64bits(v)
-		for i := range b {
-			b[i] = byte(u >> (8 * i))
-		}
-		h.Write(b[:])
+	// a multiply-xorshift hash over the numbers' bits (one step per number,
+	// not per byte: the hash must cost little next to the arithmetic)
+	h := uint64(0x9e3779b97f4a7c15)
+	mix := func(u uint64) {
+		h = (h ^ u) * 0xbf58476d1ce4e5b9
+		h ^= h >> 31
 	}
 	for _, v := range x {
-		put(v)
+		mix(math.Float64bits(v))
 	}
-	put(y)
-	return float64(h.Sum64()>>11)/(1<<53) < l.cfg.ValidationFraction
+	mix(math.Float64bits(y))
+	h *= 0x94d049bb133111eb
+	h ^= h >> 29
+	return float64(h>>11)/(1<<53) < l.cfg.ValidationFraction
 }
 
 // standardisation from the stats part of t (sums), into mean and scale.
@@ -316,24 +315,27 @@ func (l *Learner) Update(ctx context.Context, s elastic.State, b *elastic.Batch)
 	n := t[0]
 	delta[0] = float64(train)
 	vw := 1 + n // weight of this batch's validation losses
-	for m := range l.models {
-		w := t[l.offW+m*l.k*(d+1) : l.offW+(m+1)*l.k*(d+1)]
-		g := delta[l.offW+m*l.k*(d+1) : l.offW+(m+1)*l.k*(d+1)]
-		loss, nval := 0.0, 0
-		for i := range rows {
-			x := xs[i*d : (i+1)*d]
-			y := b.Y[i]
-			var lo float64
-			if held[i] {
-				lo = l.loss(w, x, y, sc.p)
-				loss += lo
-				nval++
-				continue
+	stride := l.k * (d + 1)
+	ws, gs := t[l.offW:l.offVal], delta[l.offW:l.offVal]
+	nval := 0
+	// Row by row, every model: the row stays in the first-level cache.
+	for i := range rows {
+		x := xs[i*d : (i+1)*d]
+		y := b.Y[i]
+		if held[i] {
+			nval++
+			for m := range l.models {
+				delta[l.offVal+2*m] += vw * l.loss(ws[m*stride:(m+1)*stride], x, y, sc.p)
 			}
-			l.grad(w, g, x, y, sc.p)
+			continue
 		}
+		for m := range l.models {
+			l.grad(ws[m*stride:(m+1)*stride], gs[m*stride:(m+1)*stride], x, y, sc.p)
+		}
+	}
+	for m := range l.models {
+		w, g := ws[m*stride:(m+1)*stride], gs[m*stride:(m+1)*stride]
 		if nval > 0 {
-			delta[l.offVal+2*m] = vw * loss
 			delta[l.offVal+2*m+1] = vw * float64(nval)
 		}
 		if train == 0 {
@@ -360,6 +362,7 @@ func (l *Learner) model(m int) Model {
 }
 
 func dot(w, x []float64) float64 {
+	w = w[:len(x)]
 	var s0, s1, s2, s3 float64
 	j := 0
 	for ; j+4 <= len(x); j += 4 {
@@ -376,8 +379,15 @@ func dot(w, x []float64) float64 {
 
 func axpy(a float64, x, y []float64) {
 	y = y[:len(x)]
-	for j, v := range x {
-		y[j] += a * v
+	j := 0
+	for ; j+4 <= len(x); j += 4 {
+		y[j] += a * x[j]
+		y[j+1] += a * x[j+1]
+		y[j+2] += a * x[j+2]
+		y[j+3] += a * x[j+3]
+	}
+	for ; j < len(x); j++ {
+		y[j] += a * x[j]
 	}
 }
 
