@@ -47,7 +47,7 @@ func main() {
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("linear learner, binary logistic, %d rows x %d dense features, mini-batch %d, GOMAXPROCS %d, %d CPUs, load average %s\n",
-		*rows, *cols, *batch, runtime.GOMAXPROCS(0), runtime.NumCPU(), strings.Join(strings.Fields(string(load)+" ? ? ?")[:3], " "))
+		*rows, *cols, *batch, runtime.GOMAXPROCS(0), runtime.NumCPU(), strings.Join(strings.Fields(string(load) + " ? ? ?")[:3], " "))
 	fmt.Printf("PS bytes/batch: one pull and one push of the learner's state tensor per mini-batch (float64s)\n\n")
 	fmt.Printf("%-22s %-8s %14s %16s %12s %18s %10s\n", "models", "workers", "rows/s", "rows/s per core", "seconds", "PS bytes/batch", "test acc")
 	for _, g := range grids {
