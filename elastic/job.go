@@ -29,6 +29,9 @@ type Job struct {
 	CheckpointDir string
 	Every         time.Duration
 	OnCheckpoint  func(ctx context.Context, rows int64) error
+	// OnResume, if set, is called when the job resumes from a checkpoint,
+	// with the rows it records as read.
+	OnResume func(rows int64)
 	// Base, if set, is a finished model's state to start from instead of
 	// Initialize (incremental training on new data); it must be a snapshot
 	// of the same algorithm's state (StateFile).
@@ -49,6 +52,9 @@ func (j *Job) Run(ctx context.Context) (Model, *MemState, error) {
 	resumed, err := j.load(st)
 	if err != nil {
 		return nil, nil, err
+	}
+	if resumed && j.OnResume != nil {
+		j.OnResume(Rows(st.Snapshot()))
 	}
 	if !resumed {
 		if j.Base != nil {

@@ -62,7 +62,7 @@ func builtinNames() []string {
 }
 
 func newAlgoCmd(g *globals) *cobra.Command {
-	var in, format, label, modelOut, base string
+	var in, format, label, modelOut, base, ckptDir string
 	var header bool
 	var batch, workers int
 	var params []string
@@ -140,6 +140,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				}
 			}
 			step := int64(0)
+			job.CheckpointDir = ckptDir
 			if t.Managed() {
 				job.CheckpointDir = t.CheckpointDir()
 				job.OnCheckpoint = func(ctx context.Context, rows int64) error {
@@ -147,6 +148,9 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 					_, err := t.Report(ctx, step, map[string]float64{"rows": float64(rows)})
 					return err
 				}
+			}
+			job.OnResume = func(rows int64) {
+				fmt.Fprintf(g.stderr, "virga algo: resuming from the checkpoint in %s: %d rows read\n", job.CheckpointDir, rows)
 			}
 			start := time.Now()
 			m, st, err := job.Run(ctx)
@@ -221,6 +225,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 	f.StringArrayVar(&params, "param", nil, "an algorithm parameter name=value (repeatable); the trial's hyperparameters also count")
 	f.StringVar(&modelOut, "model", "", "write the model here (virga.elastic.model/v1)")
 	f.StringVar(&base, "base", "", "incremental training: start from this finished run's state (its checkpoint directory or state.json)")
+	f.StringVar(&ckptDir, "checkpoint", "", "checkpoint directory of a run by hand: resumed from if it holds a state (under Virga: VIRGA_CHECKPOINT_DIR)")
 	f.DurationVar(&every, "checkpoint-every", 10*time.Second, "how often the state is checkpointed under Virga")
 	f.Int64Var(&sample, "sample", 0, "estimate: run on the first N rows of each shard and print the throughput")
 	f.Float64Var(&price, "price", 0, "with --sample: USD per worker-hour, to print the whole input's cost")

@@ -1,11 +1,19 @@
 package main
 
 import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/virga-ml/virga/elastic"
 )
@@ -64,4 +72,74 @@ objective: {metric: rows, direction: maximize}
 	if !strings.Contains(string(b), "COMPLETED") || !strings.Contains(string(b), "rows=1797") {
 		t.Fatalf("want the trial COMPLETED having read 1797 rows:\n%s", b)
 	}
+}
+
+// TestAlgoKilledResumes: `virga algo median` killed (SIGKILL) mid-run and
+// run again on the same checkpoint directory finishes with the median of
+// the input (within 1%), having read every row at least once.
+func TestAlgoKilledResumes(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "values.csv")
+	const n = 1_000_000
+	x, exact := medianInput(n)
+	var sb strings.Builder
+	for _, v := range x {
+		sb.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		sb.WriteByte('\n')
+	}
+	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(dir, "ckpt")
+	args := []string{"algo", "median", "--input", data, "--workers", "2", "--batch", "500", "--checkpoint", ckpt, "--checkpoint-every", "20ms", "--json"}
+	first := exec.Command(virgaBin, args...)
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it once it has checkpointed some of the input.
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, err := os.Stat(filepath.Join(ckpt, elastic.StateFile)); err == nil && st.Size() > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = first.Process.Signal(syscall.SIGKILL)
+	_ = first.Wait()
+	second := exec.Command(virgaBin, args...)
+	var stderr strings.Builder
+	second.Stderr = &stderr
+	b, err := second.Output()
+	if err != nil {
+		t.Fatalf("the resumed run: %v\n%s%s", err, b, stderr.String())
+	}
+	mm := regexp.MustCompile(`resuming from the checkpoint in .*: (\d+) rows read`).FindStringSubmatch(stderr.String())
+	if mm == nil {
+		t.Fatalf("the second run did not resume from the checkpoint:\n%s", stderr.String())
+	}
+	if at, _ := strconv.ParseInt(mm[1], 10, 64); at <= 0 || at >= n {
+		t.Fatalf("resumed at row %d; want a point inside the input of %d rows", at, n)
+	}
+	var m elastic.SavedModel
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	got, count := m.Tensors["median"].Data[0], m.Tensors["n"].Data[0]
+	if rel := math.Abs(got-exact) / exact; rel > 0.01 {
+		t.Errorf("median %.4f, exact %.4f: %.2f%% off", got, exact, 100*rel)
+	}
+	if count < n || count > n+2*500 {
+		t.Errorf("counted %v rows; want %d (plus at most a batch per worker read twice)", count, n)
+	}
+}
+
+func medianInput(n int) ([]float64, float64) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = 50 + 10*rng.NormFloat64() + 20*rng.ExpFloat64()
+	}
+	s := slices.Clone(x)
+	slices.Sort(s)
+	return x, (s[n/2-1] + s[n/2]) / 2
 }
