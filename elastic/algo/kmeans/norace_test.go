@@ -1,0 +1,5 @@
+//go:build !race
+
+package kmeans
+
+const raceEnabled = false
