@@ -4,7 +4,10 @@
 // shards), the parameter-server traffic per mini-batch, and
 // scikit-learn's SGDClassifier.partial_fit on the same data and machine.
 //
-//	go run ./bench/elastic/linear [-rows 1000000] [-features 64] [-batch 1000]
+//	go run ./bench/elastic/linear [-rows 1000000] [-features 64] [-batch 1000] [-repeat 3]
+//
+// Each configuration runs -repeat times and the fastest run is reported,
+// for Virga and for scikit-learn alike.
 package main
 
 import (
@@ -32,6 +35,7 @@ func main() {
 	rows := flag.Int("rows", 1_000_000, "rows")
 	cols := flag.Int("features", 64, "features")
 	batch := flag.Int("batch", 1000, "rows per mini-batch")
+	repeat := flag.Int("repeat", 3, "runs of each configuration; the fastest is reported (the machine is shared)")
 	sk := flag.Bool("sklearn", true, "run scikit-learn (/usr/bin/python3) on the same data")
 	flag.Parse()
 	log.SetFlags(0)
@@ -56,13 +60,20 @@ func main() {
 			if err != nil {
 				log.Fatal(err)
 			}
-			runtime.GC()
-			start := time.Now()
-			m, st, err := elastic.Local(context.Background(), l, elastic.Shards(x, y, *cols, workers, *batch))
-			if err != nil {
-				log.Fatal(err)
+			var (
+				m   elastic.Model
+				st  *elastic.MemState
+				sec = math.Inf(1)
+			)
+			for range max(*repeat, 1) {
+				runtime.GC()
+				start := time.Now()
+				m, st, err = elastic.Local(context.Background(), l, elastic.Shards(x, y, *cols, workers, *batch))
+				if err != nil {
+					log.Fatal(err)
+				}
+				sec = min(sec, time.Since(start).Seconds())
 			}
-			sec := time.Since(start).Seconds()
 			sm, err := l.Save(m)
 			if err != nil {
 				log.Fatal(err)
@@ -93,7 +104,7 @@ func main() {
 	}
 	_, self, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(self), "sklearn_sgd.py")
-	cmd := exec.Command("/usr/bin/python3", script, xp, yp, strconv.Itoa(*rows), strconv.Itoa(*cols), strconv.Itoa(*batch), "16")
+	cmd := exec.Command("/usr/bin/python3", script, xp, yp, strconv.Itoa(*rows), strconv.Itoa(*cols), strconv.Itoa(*batch), "16", strconv.Itoa(max(*repeat, 1)))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -104,6 +115,7 @@ func main() {
 		log.Fatalf("scikit-learn: %v: %s", err, out)
 	}
 	fmt.Printf("\nscikit-learn SGDClassifier(loss=log_loss).partial_fit, mini-batch %d, 1 core:\n", *batch)
+	fmt.Printf("%-22s %-8s %14s %16s\n", "models", "workers", "rows/s", "rows/s per core")
 	fmt.Printf("%-22s %-8d %14.0f %16.0f\n", "1 model", 1, r["one_model_rows_per_s"], r["one_model_rows_per_s"])
 	fmt.Printf("%-22s %-8d %14.0f %16.0f   (16 partial_fit calls per batch, first 200k rows)\n", "16 models", 1, r["grid_rows_per_s"], r["grid_rows_per_s"])
 }

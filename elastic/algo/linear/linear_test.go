@@ -368,3 +368,26 @@ func TestConfigErrors(t *testing.T) {
 		t.Error("a batch without labels was accepted")
 	}
 }
+
+// BenchmarkUpdateBinaryGrid: one mini-batch of 1000 rows of 64 features
+// through the default grid of 16 binary models (ns/op / 1000 = per row).
+func BenchmarkUpdateBinaryGrid(b *testing.B) {
+	const d = 64
+	x, y, _, _ := synthetic(Binary, 1000, d, 5)
+	l, err := New(Config{Predictor: Binary, Features: d})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := elastic.NewMemState(1)
+	ctx := context.Background()
+	if err := l.Initialize(ctx, st); err != nil {
+		b.Fatal(err)
+	}
+	batch := &elastic.Batch{X: x, Y: y, Cols: d}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Update(ctx, st, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
