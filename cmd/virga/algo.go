@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -69,6 +71,8 @@ func newAlgoCmd(g *globals) *cobra.Command {
 	var every time.Duration
 	var sample int64
 	var price float64
+	var serve, join string
+	var shard, shards int
 	cmd := &cobra.Command{
 		Use:   "algo NAME --input URI",
 		Short: "Run a built-in streaming algorithm over an input (as a trial, so experiments can tune it)",
@@ -91,7 +95,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if !ok {
 				return usageError{fmt.Errorf("unknown algorithm %q (known: %s)", args[0], strings.Join(builtinNames(), ", "))}
 			}
-			if in == "" {
+			if in == "" && serve == "" {
 				return usageError{errors.New("--input is required: a file, '-' for standard input, tcp://host:port or an http(s) URL")}
 			}
 			opts := input.Options{Format: input.Format(format), BatchRows: batch, Header: header}
@@ -123,6 +127,12 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			if join != "" {
+				return runWorker(ctx, g, alg, join, in, opts, shard, shards)
+			}
+			if serve != "" {
+				return runCoordinator(ctx, g, b, alg, ps, serve, shards, ckptDir, every, modelOut)
+			}
 			job := &elastic.Job{Alg: alg, Shards: workers, Every: every,
 				Open: func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
 					src, err := input.OpenShardAt(in, opts, k, workers, pos)
@@ -227,6 +237,10 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 	f.StringVar(&base, "base", "", "incremental training: start from this finished run's state (its checkpoint directory or state.json)")
 	f.StringVar(&ckptDir, "checkpoint", "", "checkpoint directory of a run by hand: resumed from if it holds a state (under Virga: VIRGA_CHECKPOINT_DIR)")
 	f.DurationVar(&every, "checkpoint-every", 10*time.Second, "how often the state is checkpointed under Virga")
+	f.StringVar(&serve, "serve", "", "coordinator of worker processes: serve the state on this address (e.g. :7071) until --shards shards are read, then finalize")
+	f.StringVar(&join, "join", "", "worker process: join the coordinator at this URL and read shard --shard of --shards of --input")
+	f.IntVar(&shard, "shard", 0, "with --join: the shard this worker reads (0-based)")
+	f.IntVar(&shards, "shards", 1, "with --serve or --join: the number of shards")
 	f.Int64Var(&sample, "sample", 0, "estimate: run on the first N rows of each shard and print the throughput")
 	f.Float64Var(&price, "price", 0, "with --sample: USD per worker-hour, to print the whole input's cost")
 	return cmd
@@ -319,4 +333,134 @@ func countRows(uri string, opts input.Options) (int64, error) {
 			return 0, err
 		}
 	}
+}
+
+// runWorker is one worker process: it joins the coordinator and reads its
+// shard, starting where the state says the shard was read to; when the
+// coordinator cannot be reached (it restarts) it joins again, for up to a
+// minute.
+func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in string, opts input.Options, shard, shards int) error {
+	if shard < 0 || shard >= shards {
+		return usageError{fmt.Errorf("--shard %d: want 0 to %d", shard, shards-1)}
+	}
+	open := func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
+		return input.OpenShardAt(in, opts, k, shards, pos)
+	}
+	token := os.Getenv("VIRGA_ALGO_TOKEN")
+	var last error
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		w, err := elastic.Join(ctx, url, token)
+		if err == nil {
+			err = elastic.RunShard(ctx, alg, w, shard, open)
+			if err == nil {
+				_ = w.Leave(ctx)
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return exitError{code: trial.StoppedExitCode}
+		}
+		if last == nil || err.Error() != last.Error() {
+			fmt.Fprintf(g.stderr, "virga algo: worker of shard %d: %v; joining again\n", shard, err)
+		}
+		last = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("shard %d: the coordinator at %s: %w", shard, url, last)
+}
+
+// runCoordinator serves the state to worker processes until every shard is
+// read, checkpointing it to ckptDir as it goes (a restarted coordinator
+// resumes from it), then finalizes and saves the model.
+func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algorithm, ps map[string]float64, addr string, shards int, ckptDir string, every time.Duration, modelOut string) error {
+	st := elastic.NewMemState(0)
+	resumed := false
+	if ckptDir != "" {
+		if snap, err := readState(ckptDir); err == nil {
+			st.Restore(snap)
+			resumed = true
+			fmt.Fprintf(g.stderr, "virga algo: resuming from the checkpoint in %s: %d rows read\n", ckptDir, elastic.Rows(snap))
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if !resumed {
+		if err := alg.Initialize(ctx, st); err != nil {
+			return err
+		}
+	}
+	coord := elastic.NewCoordinator(st)
+	coord.Token = os.Getenv("VIRGA_ALGO_TOKEN")
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: coord, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go coord.Run(cctx)
+	fmt.Fprintf(g.stderr, "virga algo: coordinator of %d shards on %s\n", shards, ln.Addr())
+	save := func() error {
+		if ckptDir == "" {
+			return nil
+		}
+		return writeState(ckptDir, st.Snapshot())
+	}
+	done := make(chan error, 1)
+	go func() { done <- elastic.WaitShards(cctx, st, shards, 20*time.Millisecond) }()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				_ = save()
+				if ctx.Err() != nil {
+					return exitError{code: trial.StoppedExitCode}
+				}
+				return err
+			}
+			m, err := alg.Finalize(ctx, st)
+			if err != nil {
+				return err
+			}
+			if err := save(); err != nil {
+				return err
+			}
+			saved := b.save(m, ps)
+			if modelOut != "" {
+				if err := elastic.SaveModelFile(modelOut, saved); err != nil {
+					return err
+				}
+			}
+			if g.json {
+				return g.printJSON(saved)
+			}
+			fmt.Fprintf(g.stdout, "%s: %d rows from %d shards\n", b.name, elastic.Rows(st.Snapshot()), shards)
+			return nil
+		case <-tick.C:
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// writeState writes a state snapshot as DIR/state.json atomically.
+func writeState(dir string, snap map[string]elastic.Tensor) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.Marshal(map[string]any{"tensors": snap})
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, ".state.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, elastic.StateFile))
 }

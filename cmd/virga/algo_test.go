@@ -143,3 +143,92 @@ func medianInput(n int) ([]float64, float64) {
 	slices.Sort(s)
 	return x, (s[n/2-1] + s[n/2]) / 2
 }
+
+// TestAlgoWorkerProcesses: a coordinator process and two worker processes
+// (virga algo --serve / --join); one worker is killed (SIGKILL) mid-run and
+// started again, then the coordinator is killed and started again from its
+// checkpoint: the job ends with the median within 1%, every row read.
+func TestAlgoWorkerProcesses(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "values.csv")
+	const n = 600_000
+	x, exact := medianInput(n)
+	var sb strings.Builder
+	for _, v := range x {
+		sb.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		sb.WriteByte('\n')
+	}
+	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	ckpt := filepath.Join(dir, "ckpt")
+	model := filepath.Join(dir, "model.json")
+	coordinator := func() *exec.Cmd {
+		c := exec.Command(virgaBin, "algo", "median", "--serve", "127.0.0.1:"+strconv.Itoa(port), "--shards", "2",
+			"--checkpoint", ckpt, "--checkpoint-every", "20ms", "--model", model)
+		c.Stderr = os.Stderr
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	worker := func(k int) *exec.Cmd {
+		// Small batches: the run lasts long enough to be interrupted.
+		c := exec.Command(virgaBin, "algo", "median", "--join", url, "--input", data, "--shard", strconv.Itoa(k), "--shards", "2", "--batch", "100")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	rowsRead := func() int64 {
+		snap, err := readState(ckpt)
+		if err != nil {
+			return 0
+		}
+		return elastic.Rows(snap)
+	}
+	waitRows := func(least int64) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for rowsRead() < least {
+			if time.Now().After(deadline) {
+				t.Fatalf("the checkpoint reached %d rows, not %d", rowsRead(), least)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	c := coordinator()
+	w0, w1 := worker(0), worker(1)
+	waitRows(n / 10)
+	_ = w1.Process.Signal(syscall.SIGKILL) // a worker dies
+	_ = w1.Wait()
+	w1 = worker(1) // and comes back: it reads on from the state's position
+	waitRows(n / 4)
+	_ = c.Process.Signal(syscall.SIGKILL) // the coordinator dies
+	_ = c.Wait()
+	c = coordinator() // and comes back from its checkpoint; the workers join it again
+	for _, w := range []*exec.Cmd{w0, w1} {
+		if err := w.Wait(); err != nil {
+			t.Fatalf("a worker failed: %v", err)
+		}
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatalf("the coordinator failed: %v", err)
+	}
+	m, err := elastic.LoadModelFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, count := m.Tensors["median"].Data[0], m.Tensors["n"].Data[0]
+	if rel := math.Abs(got-exact) / exact; rel > 0.01 {
+		t.Errorf("median %.4f, exact %.4f: %.2f%% off", got, exact, 100*rel)
+	}
+	// Work after the coordinator's last checkpoint is redone: the count may
+	// exceed n by what the workers pushed since, never fall short.
+	if count < n {
+		t.Errorf("counted %v rows; want at least %d", count, n)
+	}
+	t.Logf("median %.4f (exact %.4f), %v rows counted for %d", got, exact, count, n)
+}
