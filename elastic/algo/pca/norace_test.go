@@ -1,0 +1,5 @@
+//go:build !race
+
+package pca
+
+const raceEnabled = false
