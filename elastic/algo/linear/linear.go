@@ -54,7 +54,19 @@
 //
 // Model m's step at a batch is LearningRates[i]/sqrt(1+n/DecayRows), n the
 // rows trained so far by all workers (DecayRows default 5000), on the mean
-// gradient of the batch plus L2·w (the bias is not regularised).
+// gradient of the batch plus L2·w (the bias is not regularised). A model
+// that diverges (NaN or infinite validation loss) is not kept while another
+// has a finite loss.
+//
+// # Passes, checkpoints, incremental training
+//
+// One pass over a large stream suffices (200 000 rows reach the generating
+// model's loss to 0.2% in the tests). A small data set needs several passes,
+// which are the source's business: on the 1 438 training digits one pass
+// gives 93% test accuracy, 20 passes 97% (scikit-learn's LogisticRegression
+// 96.4%). Since the whole learner is the one tensor under Key, a snapshot of
+// the state is a checkpoint; Initialize only adds zeros, so running it over
+// a restored state continues from it (incremental training).
 package linear
 
 import (

@@ -391,3 +391,27 @@ func BenchmarkUpdateBinaryGrid(b *testing.B) {
 		}
 	}
 }
+
+// TestHoldOutIsAFunctionOfTheRow: the validation rows are the same whatever
+// the batch they come in, about ValidationFraction of them.
+func TestHoldOutIsAFunctionOfTheRow(t *testing.T) {
+	l, err := New(Config{Predictor: Binary, Features: 4, ValidationFraction: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y, _, _ := synthetic(Binary, 50_000, 4, 6)
+	held := 0
+	for i := range y {
+		r := append([]float64(nil), x[i*4:(i+1)*4]...)
+		h := l.heldOut(r, y[i])
+		if h != l.heldOut(x[i*4:(i+1)*4], y[i]) {
+			t.Fatal("the hold-out depends on more than the row")
+		}
+		if h {
+			held++
+		}
+	}
+	if f := float64(held) / float64(len(y)); math.Abs(f-0.2) > 0.01 {
+		t.Errorf("held out %.3f of the rows; want 0.2", f)
+	}
+}
