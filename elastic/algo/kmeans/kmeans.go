@@ -94,8 +94,13 @@ func (a *KMeans) Update(ctx context.Context, s elastic.State, b *elastic.Batch) 
 	if err != nil {
 		return err
 	}
+	// Another worker's first pushes may have created one tensor and not
+	// yet the other.
 	if sums == nil {
-		sums, counts = make(elastic.Tensor, kp*d), make(elastic.Tensor, kp)
+		sums = make(elastic.Tensor, kp*d)
+	}
+	if counts == nil {
+		counts = make(elastic.Tensor, kp)
 	}
 	if len(sums) != kp*d || len(counts) != kp {
 		return fmt.Errorf("kmeans: state holds %d sums and %d counts; want %d×%d and %d (rows of %d features)", len(sums), len(counts), kp, d, kp, d)
@@ -172,15 +177,17 @@ func (a *KMeans) Update(ctx context.Context, s elastic.State, b *elastic.Batch) 
 	return s.Push(ctx, keyCounts, dCount)
 }
 
+// claimDiv: a batch claims at most this fraction of the free slots.
+const claimDiv = 4
+
 // claim takes up to want of the centre slots nobody claimed yet, for this
 // batch alone, with pushes only: a claim tensor starts at zero; the batch
 // pushes a random nonzero integer r to each slot it wants and pulls the
 // claims again, and owns the slots that hold exactly r (no other push
 // landed there). Two workers may never own one slot (the one that pulls
 // second sees both pushes); a slot both pushed to before either pulled is
-// lost to both (it stays empty).
-const claimDiv = 4
-
+// lost to both (it stays empty), as is a slot whose worker stopped
+// between its claim and its seed: a few of the K' centres, no harm.
 func (a *KMeans) claim(ctx context.Context, s elastic.State, rng *rand.Rand, want int) ([]int, error) {
 	kp := a.kp()
 	claims, err := s.Pull(ctx, keyClaims)

@@ -208,3 +208,16 @@ func TestErrors(t *testing.T) {
 		t.Error("3 rows made 5 clusters")
 	}
 }
+
+// TestManyWorkers: four workers with small batches contend for the empty
+// centres; the run still ends with K good centres.
+func TestManyWorkers(t *testing.T) {
+	const d, k = 8, 6
+	x := blobs(20_000, d, k, 5)
+	one := train(t, &KMeans{K: k, Seed: 2}, x, d, 1, 20).Inertia(x)
+	four := train(t, &KMeans{K: k, Seed: 2}, x, d, 4, 5).Inertia(x)
+	t.Logf("inertia on 1 worker %.6g, on 4 %.6g", one, four)
+	if math.Abs(four/one-1) > 0.02 {
+		t.Errorf("inertia on 4 workers %.6g, on 1 %.6g; want within 2%%", four, one)
+	}
+}
