@@ -18,7 +18,8 @@ import (
 	"github.com/virga-ml/virga/elastic"
 )
 
-const digits = "/work/shared/data/digits/digits.csv.gz"
+// digits is the UCI digits set the examples use (as ../shared/data/digits).
+var digits, _ = filepath.Abs("../../examples/data/digits.csv.gz")
 
 // TestAlgoMomentsModel: `virga algo moments` over the digits file with two
 // workers writes a model in the documented format whose count and means

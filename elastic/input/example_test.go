@@ -28,7 +28,7 @@ func Example() {
 // TestLocalShards runs the in-process runtime over 1 and 3 shards of the
 // digits file: the exact moments agree.
 func TestLocalShards(t *testing.T) {
-	const p = "/work/shared/data/digits/digits.csv.gz"
+	const p = "../../examples/data/digits.csv.gz"
 	if _, err := os.Stat(p); err != nil {
 		t.Skip(err)
 	}

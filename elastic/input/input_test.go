@@ -154,7 +154,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestDigits(t *testing.T) {
-	const p = "/work/shared/data/digits/digits.csv.gz"
+	const p = "../../examples/data/digits.csv.gz"
 	if _, err := os.Stat(p); err != nil {
 		t.Skip(err)
 	}

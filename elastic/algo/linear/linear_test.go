@@ -20,7 +20,7 @@ import (
 	"github.com/virga-ml/virga/elastic"
 )
 
-const digitsPath = "/work/shared/data/digits/digits.csv.gz"
+const digitsPath = "../../../examples/data/digits.csv.gz" // the same file as ../shared/data/digits
 
 // epochs replays a source's rows several times (a stream of several passes).
 type epochs struct {

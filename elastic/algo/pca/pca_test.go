@@ -19,7 +19,7 @@ import (
 	"github.com/virga-ml/virga/elastic"
 )
 
-const digitsPath = "../../../../shared/data/digits/digits.csv.gz"
+const digitsPath = "../../../examples/data/digits.csv.gz" // the same file as ../shared/data/digits
 
 // loadDigits returns the 1797 digits' 64 pixel columns (the label dropped).
 func loadDigits(t *testing.T) ([]float64, int) {
