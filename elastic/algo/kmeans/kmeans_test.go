@@ -26,7 +26,7 @@ func loadDigits(t *testing.T) ([]float64, int) {
 	t.Helper()
 	f, err := os.Open(digitsPath)
 	if err != nil {
-		t.Skipf("digits data: %v", err)
+		t.Fatalf("digits data: %v", err)
 	}
 	defer f.Close()
 	zr, err := gzip.NewReader(f)

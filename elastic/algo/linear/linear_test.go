@@ -63,7 +63,7 @@ func (e *epochs) Next(ctx context.Context) (*elastic.Batch, error) {
 func readDigits(t testing.TB) (x, y []float64) {
 	f, err := os.Open(digitsPath)
 	if err != nil {
-		t.Skipf("digits: %v", err)
+		t.Fatalf("digits: %v", err)
 	}
 	defer f.Close()
 	z, err := gzip.NewReader(f)
