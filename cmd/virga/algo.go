@@ -20,6 +20,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga/elastic"
+	"github.com/virga-ml/virga/elastic/algo/kmeans"
+	"github.com/virga-ml/virga/elastic/algo/linear"
+	"github.com/virga-ml/virga/elastic/algo/pca"
 	"github.com/virga-ml/virga/elastic/input"
 	"github.com/virga-ml/virga/sdk/go/trial"
 )
@@ -28,29 +31,88 @@ import (
 type builtin struct {
 	name, summary string
 	// make builds the algorithm from its parameters (flags --param k=v and
-	// the trial's hyperparameters) and the input's width.
-	make func(params map[string]float64) (elastic.Algorithm, error)
-	// save turns the final model into the saved format.
-	save func(m elastic.Model, params map[string]float64) *elastic.SavedModel
+	// the trial's hyperparameters) and the input's width (its number of
+	// feature columns), and returns how to save its final model.
+	make func(params map[string]float64, width int) (elastic.Algorithm, saver, error)
 }
+
+type saver func(m elastic.Model) (*elastic.SavedModel, error)
 
 var builtins = map[string]builtin{
 	"median": {name: "median", summary: "the median of the first column, by stochastic gradient descent",
-		make: func(map[string]float64) (elastic.Algorithm, error) { return elastic.Median{}, nil },
-		save: vectors("median")},
+		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
+			return elastic.Median{}, vectors("median", ps), nil
+		}},
 	"moments": {name: "moments", summary: "count, mean and variance of every column (exact, one pass)",
-		make: func(map[string]float64) (elastic.Algorithm, error) { return elastic.Moments{}, nil },
-		save: vectors("moments")},
+		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
+			return elastic.Moments{}, vectors("moments", ps), nil
+		}},
+	"linear-learner": {name: "linear-learner", summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
+		make: makeLinear},
+	"kmeans": {name: "kmeans", summary: "streaming mini-batch k-means, the collected centres reduced to k by k-means++ (params: k, seed)",
+		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
+			k := int(ps["k"])
+			if k < 1 {
+				return nil, nil, errors.New("k: the number of clusters is required (--param k=10)")
+			}
+			return &kmeans.KMeans{K: k, Seed: uint64(ps["seed"])}, func(m elastic.Model) (*elastic.SavedModel, error) {
+				km, err := kmeans.FromModel(m, k)
+				if err != nil {
+					return nil, err
+				}
+				return km.Saved(ps), nil
+			}, nil
+		}},
+	"pca": {name: "pca", summary: "principal components from the streaming covariance (params: k)",
+		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
+			k := int(ps["k"])
+			if k < 1 {
+				return nil, nil, errors.New("k: the number of components is required (--param k=10)")
+			}
+			return &pca.PCA{K: k}, func(m elastic.Model) (*elastic.SavedModel, error) {
+				pm, err := pca.FromModel(m)
+				if err != nil {
+					return nil, err
+				}
+				return pm.Saved(ps), nil
+			}, nil
+		}},
+}
+
+func makeLinear(ps map[string]float64, width int) (elastic.Algorithm, saver, error) {
+	cfg := linear.Config{Features: width, Predictor: linear.Regressor}
+	switch k := int(ps["classes"]); {
+	case k == 2:
+		cfg.Predictor = linear.Binary
+	case k > 2:
+		cfg.Predictor, cfg.Classes = linear.Multiclass, k
+	case k < 0:
+		return nil, nil, fmt.Errorf("classes: want 0 (regression), 2 (binary) or the number of classes (got %d)", k)
+	}
+	if lr, ok := ps["learning_rate"]; ok {
+		cfg.LearningRates = []float64{lr}
+	}
+	if l2, ok := ps["l2"]; ok {
+		cfg.L2 = []float64{l2}
+	}
+	if v, ok := ps["validation_fraction"]; ok {
+		cfg.ValidationFraction = v
+	}
+	l, err := linear.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, l.Save, nil
 }
 
 // vectors saves a model whose tensors are all vectors.
-func vectors(algo string) func(elastic.Model, map[string]float64) *elastic.SavedModel {
-	return func(m elastic.Model, params map[string]float64) *elastic.SavedModel {
+func vectors(algo string, params map[string]float64) saver {
+	return func(m elastic.Model) (*elastic.SavedModel, error) {
 		sm := &elastic.SavedModel{Algorithm: algo, Params: params, Tensors: map[string]elastic.SavedTensor{}}
 		for k, t := range m {
 			sm.Tensors[k] = elastic.SavedTensor{Shape: []int{len(t)}, Data: t}
 		}
-		return sm
+		return sm, nil
 	}
 }
 
@@ -121,9 +183,15 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if err != nil {
 				return usageError{err}
 			}
-			alg, err := b.make(ps)
+			width := int(ps["features"])
+			if width == 0 && in != "" {
+				if width, err = inputWidth(cmd.Context(), in, opts); err != nil {
+					return err
+				}
+			}
+			alg, save, err := b.make(ps, width)
 			if err != nil {
-				return usageError{err}
+				return usageError{fmt.Errorf("%s: %w", b.name, err)}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
@@ -131,7 +199,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				return runWorker(ctx, g, alg, join, in, opts, shard, shards)
 			}
 			if serve != "" {
-				return runCoordinator(ctx, g, b, alg, ps, serve, shards, ckptDir, every, modelOut)
+				return runCoordinator(ctx, g, b, alg, save, serve, shards, ckptDir, every, modelOut)
 			}
 			job := &elastic.Job{Alg: alg, Shards: workers, Every: every,
 				Open: func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
@@ -188,7 +256,10 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				}
 				return nil
 			}
-			saved := b.save(m, ps)
+			saved, err := save(m)
+			if err != nil {
+				return err
+			}
 			if modelOut != "" {
 				if err := elastic.SaveModelFile(modelOut, saved); err != nil {
 					return err
@@ -373,7 +444,7 @@ func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in s
 // runCoordinator serves the state to worker processes until every shard is
 // read, checkpointing it to ckptDir as it goes (a restarted coordinator
 // resumes from it), then finalizes and saves the model.
-func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algorithm, ps map[string]float64, addr string, shards int, ckptDir string, every time.Duration, modelOut string) error {
+func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algorithm, save saver, addr string, shards int, ckptDir string, every time.Duration, modelOut string) error {
 	st := elastic.NewMemState(0)
 	resumed := false
 	if ckptDir != "" {
@@ -403,7 +474,7 @@ func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algo
 	defer cancel()
 	go coord.Run(cctx)
 	fmt.Fprintf(g.stderr, "virga algo: coordinator of %d shards on %s\n", shards, ln.Addr())
-	save := func() error {
+	checkpoint := func() error {
 		if ckptDir == "" {
 			return nil
 		}
@@ -417,7 +488,7 @@ func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algo
 		select {
 		case err := <-done:
 			if err != nil {
-				_ = save()
+				_ = checkpoint()
 				if ctx.Err() != nil {
 					return exitError{code: trial.StoppedExitCode}
 				}
@@ -427,10 +498,13 @@ func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algo
 			if err != nil {
 				return err
 			}
-			if err := save(); err != nil {
+			if err := checkpoint(); err != nil {
 				return err
 			}
-			saved := b.save(m, ps)
+			saved, err := save(m)
+			if err != nil {
+				return err
+			}
 			if modelOut != "" {
 				if err := elastic.SaveModelFile(modelOut, saved); err != nil {
 					return err
@@ -442,7 +516,7 @@ func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algo
 			fmt.Fprintf(g.stdout, "%s: %d rows from %d shards\n", b.name, elastic.Rows(st.Snapshot()), shards)
 			return nil
 		case <-tick.C:
-			if err := save(); err != nil {
+			if err := checkpoint(); err != nil {
 				return err
 			}
 		}
@@ -463,4 +537,21 @@ func writeState(dir string, snap map[string]elastic.Tensor) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, elastic.StateFile))
+}
+
+// inputWidth is the number of feature columns of an input's first row.
+func inputWidth(ctx context.Context, uri string, opts input.Options) (int, error) {
+	if uri == "-" || input.IsNetwork(uri) {
+		return 0, errors.New("the width of a stream is not read in advance: give --param features=D")
+	}
+	src, err := input.Open(uri, opts)
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	b, err := src.Next(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: reading the first rows: %w", uri, err)
+	}
+	return b.Cols, nil
 }

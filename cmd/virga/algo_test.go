@@ -233,3 +233,38 @@ func TestAlgoWorkerProcesses(t *testing.T) {
 	}
 	t.Logf("median %.4f (exact %.4f), %v rows counted for %d", got, exact, count, n)
 }
+
+// TestAlgoBuiltinsSaveModels: every built-in learner runs over the digits
+// set from the command line, with two workers, and saves a model of the
+// documented format with the shapes it should have.
+func TestAlgoBuiltinsSaveModels(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		algo   string
+		tensor string
+		shape  []int
+	}{
+		{[]string{"linear-learner", "--param", "classes=10"}, "linear-learner", "weights", []int{10, 64}},
+		{[]string{"kmeans", "--param", "k=10", "--param", "seed=3"}, "kmeans", "centers", []int{10, 64}},
+		{[]string{"pca", "--param", "k=5"}, "pca", "components", []int{5, 64}},
+	} {
+		t.Run(c.algo, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "model.json")
+			args := append([]string{"algo"}, c.args...)
+			args = append(args, "--input", digits, "--label", "last", "--workers", "2", "--batch", "100", "--model", out)
+			if b, err := exec.Command(virgaBin, args...).CombinedOutput(); err != nil {
+				t.Fatalf("virga %v: %v\n%s", args, err, b)
+			}
+			m, err := elastic.LoadModelFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Algorithm != c.algo || !slices.Equal(m.Tensors[c.tensor].Shape, c.shape) {
+				t.Fatalf("model %s with %s of shape %v; want %s with %s of shape %v", m.Algorithm, c.tensor, m.Tensors[c.tensor].Shape, c.algo, c.tensor, c.shape)
+			}
+		})
+	}
+	if b, err := exec.Command(virgaBin, "algo", "kmeans", "--input", digits, "--label", "last").CombinedOutput(); err == nil || !strings.Contains(string(b), "--param k=10") {
+		t.Errorf("kmeans without k: %v\n%s; want a usage error naming --param k", err, b)
+	}
+}
