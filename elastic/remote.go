@@ -43,8 +43,6 @@ type Coordinator struct {
 	mu      sync.Mutex
 	next    int64
 	workers map[int64]time.Time // last heard from
-	once    sync.Once
-	stop    chan struct{}
 }
 
 // NewCoordinator returns a coordinator of st with no members yet (st's
@@ -53,7 +51,7 @@ func NewCoordinator(st *MemState) *Coordinator {
 	st.mu.Lock()
 	st.members = 0
 	st.mu.Unlock()
-	return &Coordinator{State: st, workers: map[int64]time.Time{}, stop: make(chan struct{})}
+	return &Coordinator{State: st, workers: map[int64]time.Time{}}
 }
 
 func (c *Coordinator) now() time.Time {

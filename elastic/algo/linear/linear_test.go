@@ -24,11 +24,11 @@ const digitsPath = "../../../examples/data/digits.csv.gz" // the same file as ..
 
 // epochs replays a source's rows several times (a stream of several passes).
 type epochs struct {
-	x, y       []float64
-	cols, rows int
-	batch, n   int
-	src        *elastic.SliceSource
-	shuffle    *rand.Rand
+	x, y     []float64
+	cols     int
+	batch, n int
+	src      *elastic.SliceSource
+	shuffle  *rand.Rand
 }
 
 func (e *epochs) Next(ctx context.Context) (*elastic.Batch, error) {
