@@ -391,3 +391,24 @@ func (r *reader) Next(ctx context.Context) (*elastic.Batch, error) {
 	r.pos += int64(n)
 	return b, nil
 }
+
+// ReadAll reads a whole input into memory: its feature rows (row-major,
+// cols wide) and, when it has labels, one label per row.
+func ReadAll(uri string, opts Options) (x, y []float64, cols int, err error) {
+	src, err := Open(uri, opts)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer src.Close()
+	ctx := context.Background()
+	for {
+		b, err := src.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return x, y, cols, nil
+		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		x, y, cols = append(x, b.X...), append(y, b.Y...), b.Cols
+	}
+}

@@ -522,3 +522,13 @@ func BenchmarkCSV(b *testing.B) {
 	}
 	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
 }
+
+func TestReadAllDigits(t *testing.T) {
+	x, y, cols, err := ReadAll("../../examples/data/digits.csv.gz", Options{Label: LastColumn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cols != 64 || len(y) != 1797 || len(x) != 1797*64 {
+		t.Fatalf("%d labels, %d values of width %d; want 1797 rows of 64", len(y), len(x), cols)
+	}
+}

@@ -1,23 +1,19 @@
 package linear
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/virga-ml/virga/elastic"
+	"github.com/virga-ml/virga/elastic/input"
 )
 
 const digitsPath = "../../../examples/data/digits.csv.gz" // the same file as ../shared/data/digits
@@ -61,35 +57,12 @@ func (e *epochs) Next(ctx context.Context) (*elastic.Batch, error) {
 }
 
 func readDigits(t testing.TB) (x, y []float64) {
-	f, err := os.Open(digitsPath)
+	x, y, cols, err := input.ReadAll(digitsPath, input.Options{Label: input.LastColumn})
 	if err != nil {
 		t.Fatalf("digits: %v", err)
 	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(z)
-	for sc.Scan() {
-		fs := strings.Split(sc.Text(), ",")
-		if len(fs) != 65 {
-			t.Fatalf("digits: a row of %d fields", len(fs))
-		}
-		for i, s := range fs {
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if i < 64 {
-				x = append(x, v)
-			} else {
-				y = append(y, v)
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+	if cols != 64 || len(y) != 1797 {
+		t.Fatalf("digits: %d rows of %d pixels; want 1797 of 64", len(y), cols)
 	}
 	return x, y
 }

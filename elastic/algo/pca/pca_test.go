@@ -1,9 +1,7 @@
 package pca
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,11 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/virga-ml/virga/elastic"
+	"github.com/virga-ml/virga/elastic/input"
 )
 
 const digitsPath = "../../../examples/data/digits.csv.gz" // the same file as ../shared/data/digits
@@ -24,34 +21,9 @@ const digitsPath = "../../../examples/data/digits.csv.gz" // the same file as ..
 // loadDigits returns the 1797 digits' 64 pixel columns (the label dropped).
 func loadDigits(t *testing.T) ([]float64, int) {
 	t.Helper()
-	f, err := os.Open(digitsPath)
+	x, _, cols, err := input.ReadAll(digitsPath, input.Options{Label: input.LastColumn})
 	if err != nil {
 		t.Fatalf("digits data: %v", err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var x []float64
-	sc := bufio.NewScanner(zr)
-	cols := 0
-	for sc.Scan() {
-		fs := strings.Split(strings.TrimSpace(sc.Text()), ",")
-		if len(fs) < 2 {
-			continue
-		}
-		cols = len(fs) - 1
-		for _, s := range fs[:cols] {
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			x = append(x, v)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return x, cols
 }
