@@ -22,6 +22,9 @@ type Job struct {
 	// Shards is the number of shards; Open opens shard k at a row.
 	Shards int
 	Open   Opener
+	// Epochs is the number of passes over the input (default 1); every
+	// pass opens each shard again from its start.
+	Epochs int
 	// CheckpointDir, if set, holds state.json; Every is how often it is
 	// written while the job runs (default 10 s), and OnCheckpoint is called
 	// after each write (e.g. to report progress to Virga, which then saves
@@ -78,7 +81,7 @@ func (j *Job) Run(ctx context.Context) (Model, *MemState, error) {
 		go func() {
 			defer wg.Done()
 			defer st.Leave()
-			err := RunShard(wctx, j.Alg, st, k, j.Open)
+			err := RunShardPasses(wctx, j.Alg, st, k, max(j.Epochs, 1), j.Open)
 			if err != nil && !errors.Is(err, context.Canceled) {
 				errs <- fmt.Errorf("shard %d: %w", k, err)
 				cancel()
@@ -129,12 +132,13 @@ loop:
 
 func isRuntimeKey(k string) bool { return len(k) > 6 && k[:6] == "shard/" }
 
-// Rows is the number of rows the state says were consumed, over all shards.
+// Rows is the number of rows the state says were consumed, over all shards
+// and passes.
 func Rows(snapshot map[string]Tensor) int64 {
 	var n int64
 	for k, t := range snapshot {
-		if isRuntimeKey(k) && filepath.Base(k) == "pos" && len(t) == 1 {
-			n += int64(t[0])
+		if isRuntimeKey(k) && filepath.Base(k) == "pos" && len(t) == posLen {
+			n += int64(t[1])
 		}
 	}
 	return n

@@ -3,6 +3,7 @@ package elastic
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -85,4 +86,78 @@ type slow struct{ Source }
 func (s *slow) Next(ctx context.Context) (*Batch, error) {
 	time.Sleep(200 * time.Microsecond)
 	return s.Source.Next(ctx)
+}
+
+// TestJobEpochsStoppedAnyMoment: a job of 3 passes over the input, stopped
+// at random moments and resumed from its checkpoint each time, reads every
+// row 3 times (at most one batch per shard twice per stop) and its state
+// says so: Rows counts the rows of all passes, and each shard's position
+// is the end of its third pass.
+func TestJobEpochsStoppedAnyMoment(t *testing.T) {
+	const n, batch, shards, epochs = 30_000, 100, 3, 3
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = float64(i % 7)
+	}
+	dir := t.TempDir()
+	job := func() *Job {
+		return &Job{Alg: Moments{}, Shards: shards, Epochs: epochs, CheckpointDir: dir, Every: 3 * time.Millisecond,
+			Open: func(ctx context.Context, k int, pos int64) (Source, error) {
+				src, err := SliceOpener(x, nil, 1, shards, batch)(ctx, k, pos)
+				return &slow{Source: src}, err
+			}}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	stops := 0
+	var m Model
+	var st *MemState
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(5+rng.IntN(30))*time.Millisecond)
+		var err error
+		m, st, err = job().Run(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal(err)
+		}
+		stops++
+		if stops > 2000 {
+			t.Fatal("the job never finished")
+		}
+	}
+	if stops < 3 {
+		t.Fatalf("the job was stopped %d times; want several", stops)
+	}
+	count := int(m["count"][0])
+	if count < epochs*n || count > epochs*n+stops*shards*batch {
+		t.Errorf("counted %d rows; want %d (3 passes of %d, plus at most a batch per shard per stop)", count, epochs*n, n)
+	}
+	if mean := m["mean"][0]; math.Abs(mean-3) > 0.01 {
+		t.Errorf("mean %.4f; want 3", mean)
+	}
+	snap := st.Snapshot()
+	if got := Rows(snap); got != int64(count) {
+		t.Errorf("Rows says %d rows read; the algorithm counted %d", got, count)
+	}
+	for k := range shards {
+		p := snap[posKey(k)]
+		if len(p) != posLen || p[2] != epochs-1 || p[0] < float64(n/shards) {
+			t.Errorf("shard %d position %v; want the last of %d passes read to its end", k, p, epochs)
+		}
+	}
+	t.Logf("stopped %d times; %d rows counted for %d", stops, count, epochs*n)
+}
+
+// TestPassesAreAtLeastOne: zero passes is an error, not a shard marked done.
+func TestPassesAreAtLeastOne(t *testing.T) {
+	st := NewMemState(1)
+	err := RunShardPasses(context.Background(), Moments{}, st, 0, 0, SliceOpener([]float64{1}, nil, 1, 1, 1))
+	if err == nil {
+		t.Fatal("0 passes: no error")
+	}
+	if d, _ := st.Pull(context.Background(), doneKey(0)); d != nil {
+		t.Fatalf("0 passes marked the shard done: %v", d)
+	}
 }

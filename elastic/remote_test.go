@@ -161,7 +161,7 @@ func TestCoordinatorKilledMidRun(t *testing.T) {
 	for {
 		p0, _ := st.Pull(ctx, posKey(0))
 		p1, _ := st.Pull(ctx, posKey(1))
-		if len(p0) == 1 && len(p1) == 1 && p0[0]+p1[0] >= n/3 {
+		if len(p0) == posLen && len(p1) == posLen && p0[1]+p1[1] >= n/3 {
 			checkpoint = st.Snapshot()
 			break
 		}

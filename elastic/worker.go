@@ -10,23 +10,40 @@ import (
 )
 
 // Keys the runtime keeps in the state next to the algorithm's: each shard's
-// read position (rows consumed) and whether it is done. They make the state
-// alone a checkpoint of the whole job: a worker that takes over a shard, or
-// resumes after a restore, skips what was consumed.
+// read position and whether it is done. They make the state alone a
+// checkpoint of the whole job: a worker that takes over a shard, or resumes
+// after a restore, skips what was consumed.
+//
+// A shard's position is the tensor [rows of the current pass, rows read in
+// all passes, passes completed]; the end of a pass moves it with one push
+// [-rows of the pass, 0, 1], so that it is never seen half moved.
 func posKey(shard int) string  { return "shard/" + strconv.Itoa(shard) + "/pos" }
 func doneKey(shard int) string { return "shard/" + strconv.Itoa(shard) + "/done" }
+
+const posLen = 3
 
 // Opener opens shard k of an input at row pos (the rows before it were
 // consumed already). A source that cannot start past its beginning (a
 // network stream read once) returns an error for pos > 0.
 type Opener func(ctx context.Context, shard int, pos int64) (Source, error)
 
-// RunShard runs alg's Update over one shard of the input on st: it opens
-// the shard at the position the state records, then for each batch updates
-// and advances the position, and marks the shard done at its end. A worker
-// that dies between an update and its position push makes that batch count
-// twice when the shard is taken over (at-least-once).
+// RunShard runs alg's Update over one shard of the input on st, in one
+// pass: RunShardPasses(ctx, alg, st, shard, 1, open).
 func RunShard(ctx context.Context, alg Algorithm, st State, shard int, open Opener) error {
+	return RunShardPasses(ctx, alg, st, shard, 1, open)
+}
+
+// RunShardPasses runs alg's Update over one shard of the input on st,
+// passes times over (epochs; a pass opens the shard again from its start):
+// it opens the shard at the pass and position the state records, then for
+// each batch updates and advances the position, and marks the shard done at
+// the end of its last pass. A worker that dies between an update and its
+// position push makes that batch count twice when the shard is taken over
+// (at-least-once).
+func RunShardPasses(ctx context.Context, alg Algorithm, st State, shard, passes int, open Opener) error {
+	if passes < 1 {
+		return fmt.Errorf("shard %d: %d passes; want at least 1", shard, passes)
+	}
 	if done, err := st.Pull(ctx, doneKey(shard)); err != nil {
 		return err
 	} else if len(done) == 1 && done[0] > 0 {
@@ -37,27 +54,54 @@ func RunShard(ctx context.Context, alg Algorithm, st State, shard int, open Open
 		return err
 	}
 	var at int64
-	if len(pos) == 1 {
-		at = int64(pos[0])
+	pass := 0
+	switch len(pos) {
+	case 0:
+	case posLen:
+		at, pass = int64(pos[0]), int(pos[2])
+	default:
+		return fmt.Errorf("shard %d: a position of %d numbers in the state; want %d", shard, len(pos), posLen)
 	}
-	src, err := open(ctx, shard, at)
-	if err != nil {
-		return fmt.Errorf("shard %d at row %d: %w", shard, at, err)
-	}
-	for {
-		b, err := src.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return st.Push(ctx, doneKey(shard), Tensor{1})
-		}
+	for ; pass < passes; pass++ {
+		src, err := open(ctx, shard, at)
 		if err != nil {
-			return err
+			return fmt.Errorf("shard %d, pass %d, at row %d: %w", shard, pass+1, at, err)
 		}
-		if err := alg.Update(ctx, st, b); err != nil {
-			return err
+		for {
+			b, err := src.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				closeSource(src)
+				return err
+			}
+			if err := alg.Update(ctx, st, b); err != nil {
+				closeSource(src)
+				return err
+			}
+			n := float64(b.Rows())
+			if err := st.Push(ctx, posKey(shard), Tensor{n, n, 0}); err != nil {
+				closeSource(src)
+				return err
+			}
+			at += int64(b.Rows())
 		}
-		if err := st.Push(ctx, posKey(shard), Tensor{float64(b.Rows())}); err != nil {
-			return err
+		closeSource(src)
+		if pass+1 < passes {
+			if err := st.Push(ctx, posKey(shard), Tensor{-float64(at), 0, 1}); err != nil {
+				return err
+			}
+			at = 0
 		}
+	}
+	return st.Push(ctx, doneKey(shard), Tensor{1})
+}
+
+// closeSource closes src if it is an io.Closer.
+func closeSource(src Source) {
+	if c, ok := src.(io.Closer); ok {
+		_ = c.Close()
 	}
 }
 
