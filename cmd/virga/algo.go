@@ -128,7 +128,7 @@ func builtinNames() []string {
 func newAlgoCmd(g *globals) *cobra.Command {
 	var in, format, label, modelOut, base, ckptDir string
 	var header bool
-	var batch, workers int
+	var batch, workers, epochs int
 	var params []string
 	var every time.Duration
 	var sample int64
@@ -141,7 +141,7 @@ func newAlgoCmd(g *globals) *cobra.Command {
 		Long: `Run one of Virga's built-in streaming algorithms (the initialize / update / finalize model of
 package elastic) over an input read once: a file (CSV, JSON lines, libsvm; .gz too), '-' for standard
 input, or a network stream (tcp://host:port, http(s)://...). --workers splits the input into shards read
-in parallel.
+in parallel; --epochs N reads a file N times over.
 
 Under Virga (an experiment's entrypoint) the algorithm's state and each shard's read position are written
 to VIRGA_CHECKPOINT_DIR as it goes and on SIGTERM, and a restarted trial resumes where it stopped; progress
@@ -175,6 +175,12 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if workers < 1 {
 				return usageError{errors.New("--workers must be at least 1")}
 			}
+			if epochs < 1 {
+				return usageError{errors.New("--epochs must be at least 1")}
+			}
+			if epochs > 1 && (in == "-" || input.IsNetwork(in)) {
+				return usageError{fmt.Errorf("--epochs %d: %s is a stream read once; several passes need a file", epochs, in)}
+			}
 			t, err := trial.FromEnv()
 			if err != nil {
 				return err
@@ -196,12 +202,16 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			if join != "" {
-				return runWorker(ctx, g, alg, join, in, opts, shard, shards)
+				return runWorker(ctx, g, alg, join, in, opts, shard, shards, epochs)
 			}
 			if serve != "" {
 				return runCoordinator(ctx, g, b, alg, save, serve, shards, ckptDir, every, modelOut)
 			}
-			job := &elastic.Job{Alg: alg, Shards: workers, Every: every,
+			passes := epochs
+			if sample > 0 {
+				passes = 1 // the estimate multiplies one pass's time
+			}
+			job := &elastic.Job{Alg: alg, Shards: workers, Epochs: passes, Every: every,
 				Open: func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
 					src, err := input.OpenShardAt(in, opts, k, workers, pos)
 					if err != nil {
@@ -245,8 +255,12 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				perWorker := float64(rows) / secs / float64(workers)
 				fmt.Fprintf(g.stdout, "sample: %d rows on %d workers in %.2fs: %.0f rows/s per worker\n", rows, workers, secs, perWorker)
 				if total, err := countRows(in, opts); err == nil && perWorker > 0 {
-					hours := float64(total) / perWorker / float64(workers) / 3600
-					fmt.Fprintf(g.stdout, "whole input: %d rows: about %s on %d workers", total, time.Duration(hours*float64(time.Hour)).Round(time.Second), workers)
+					hours := float64(total) * float64(epochs) / perWorker / float64(workers) / 3600
+					fmt.Fprintf(g.stdout, "whole input: %d rows", total)
+					if epochs > 1 {
+						fmt.Fprintf(g.stdout, " x %d passes", epochs)
+					}
+					fmt.Fprintf(g.stdout, ": about %s on %d workers", time.Duration(hours*float64(time.Hour)).Round(time.Second), workers)
 					if price > 0 {
 						fmt.Fprintf(g.stdout, ", $%.4f at $%g per worker-hour", hours*float64(workers)*price, price)
 					}
@@ -303,6 +317,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 	f.BoolVar(&header, "header", false, "the CSV input starts with a header line")
 	f.IntVar(&batch, "batch", 1000, "rows per mini-batch")
 	f.IntVar(&workers, "workers", 1, "workers (shards of the input read in parallel)")
+	f.IntVar(&epochs, "epochs", 1, "passes over the input (files only: a stream is read once)")
 	f.StringArrayVar(&params, "param", nil, "an algorithm parameter name=value (repeatable); the trial's hyperparameters also count")
 	f.StringVar(&modelOut, "model", "", "write the model here (virga.elastic.model/v1)")
 	f.StringVar(&base, "base", "", "incremental training: start from this finished run's state (its checkpoint directory or state.json)")
@@ -378,10 +393,18 @@ func (l *limited) Next(ctx context.Context) (*elastic.Batch, error) {
 		return nil, io.EOF
 	}
 	b, err := l.Source.Next(ctx)
-	if err == nil {
-		l.left -= int64(b.Rows())
+	if err != nil {
+		return nil, err
 	}
-	return b, err
+	if n := int64(b.Rows()); n > l.left {
+		cut := &elastic.Batch{X: b.X[:l.left*int64(b.Cols)], Cols: b.Cols}
+		if b.Y != nil {
+			cut.Y = b.Y[:l.left]
+		}
+		b = cut
+	}
+	l.left -= int64(b.Rows())
+	return b, nil
 }
 
 // countRows counts an input's rows by reading it (files only).
@@ -410,7 +433,7 @@ func countRows(uri string, opts input.Options) (int64, error) {
 // shard, starting where the state says the shard was read to; when the
 // coordinator cannot be reached (it restarts) it joins again, for up to a
 // minute.
-func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in string, opts input.Options, shard, shards int) error {
+func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in string, opts input.Options, shard, shards, epochs int) error {
 	if shard < 0 || shard >= shards {
 		return usageError{fmt.Errorf("--shard %d: want 0 to %d", shard, shards-1)}
 	}
@@ -423,7 +446,7 @@ func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in s
 	for time.Now().Before(deadline) {
 		w, err := elastic.Join(ctx, url, token)
 		if err == nil {
-			err = elastic.RunShard(ctx, alg, w, shard, open)
+			err = elastic.RunShardPasses(ctx, alg, w, shard, epochs, open)
 			if err == nil {
 				_ = w.Leave(ctx)
 				return nil
