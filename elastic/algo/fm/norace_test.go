@@ -1,0 +1,5 @@
+//go:build !race
+
+package fm
+
+const raceEnabled = false
