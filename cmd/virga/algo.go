@@ -280,12 +280,19 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				}
 			}
 			if t.Managed() {
-				metrics := map[string]float64{"rows": float64(rows)}
+				// The model's scalars and its saved parameters (e.g. the
+				// linear learner's validation_loss) are the trial's final
+				// metrics, for an experiment's objective.
+				metrics := map[string]float64{}
 				for k, tn := range m {
 					if len(tn) == 1 {
 						metrics[k] = tn[0]
 					}
 				}
+				for k, v := range saved.Params {
+					metrics[k] = v
+				}
+				metrics["rows"] = float64(rows)
 				if _, err := t.Report(ctx, step+1, metrics); err != nil {
 					return err
 				}

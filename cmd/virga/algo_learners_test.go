@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -173,4 +174,38 @@ func loadModel(t *testing.T, path string) *elastic.SavedModel {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestAlgoLinearLearnerTuned: an experiment whose trials are `virga algo
+// linear-learner` with the learning rate and L2 from the searcher completes
+// with the validation loss as its objective (the saved model's parameters
+// are the trial's final metrics).
+func TestAlgoLinearLearnerTuned(t *testing.T) {
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "tune.yaml")
+	y := `name: tune-linear
+entrypoint: [` + virgaBin + `, algo, linear-learner, --input, ` + digits + `, --label, last, --param, classes=10, --epochs, "3", --batch, "32"]
+hyperparameters:
+  learning_rate: {type: float, min: 0.01, max: 1.0, log: true}
+  l2: {type: float, min: 1.0e-6, max: 1.0e-3, log: true}
+searcher: random
+objective: {metric: validation_loss, direction: minimize}
+max_trials: 3
+max_concurrent: 2
+seed: 3
+`
+	if err := os.WriteFile(exp, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := exec.Command(virgaBin, "run", "--data-dir", filepath.Join(dir, "state"), exp).CombinedOutput()
+	if err != nil {
+		t.Fatalf("virga run: %v\n%s", err, b)
+	}
+	m := regexp.MustCompile(`best trial \d+: validation_loss=([0-9.e-]+)`).FindSubmatch(b)
+	if m == nil || !strings.Contains(string(b), "3 completed") {
+		t.Fatalf("want 3 trials completed and the best by validation_loss:\n%s", b)
+	}
+	if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || v <= 0 || v > 1 {
+		t.Errorf("best validation loss %s; want a log loss in (0, 1] after 3 passes", m[1])
+	}
 }

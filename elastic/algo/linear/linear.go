@@ -605,13 +605,17 @@ func (l *Learner) Save(m elastic.Model) (*elastic.SavedModel, error) {
 	if l.cfg.Predictor == Multiclass {
 		classes = l.k
 	}
+	params := map[string]float64{
+		"model": p[0], "learning_rate": p[1], "l2": p[2], "rows_trained": p[4],
+		"models": float64(l.models), "features": float64(l.d), "classes": float64(classes),
+	}
+	if !math.IsNaN(p[3]) && !math.IsInf(p[3], 0) { // every model diverged: no loss to tell
+		params["validation_loss"] = p[3]
+	}
 	return &elastic.SavedModel{
 		Format:    elastic.ModelFormat,
 		Algorithm: Algorithm,
-		Params: map[string]float64{
-			"model": p[0], "learning_rate": p[1], "l2": p[2], "validation_loss": finite(p[3]), "rows_trained": p[4],
-			"models": float64(l.models), "features": float64(l.d), "classes": float64(classes),
-		},
+		Params:    params,
 		Tensors: map[string]elastic.SavedTensor{
 			"weights": {Shape: []int{l.k, l.d}, Data: m["weights"]},
 			"bias":    {Shape: []int{l.k}, Data: m["bias"]},
@@ -622,12 +626,6 @@ func (l *Learner) Save(m elastic.Model) (*elastic.SavedModel, error) {
 	}, nil
 }
 
-func finite(v float64) float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return -1
-	}
-	return v
-}
 
 // Loaded is a SavedModel of the linear learner, checked and ready to
 // predict.
