@@ -626,7 +626,6 @@ func (l *Learner) Save(m elastic.Model) (*elastic.SavedModel, error) {
 	}, nil
 }
 
-
 // Loaded is a SavedModel of the linear learner, checked and ready to
 // predict.
 type Loaded struct {
