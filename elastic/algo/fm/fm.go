@@ -103,7 +103,7 @@ const (
 	// Regressor predicts a value with squared loss.
 	Regressor Predictor = "regressor"
 	// Binary predicts the probability of label 1 with logistic loss (a
-	// label > 0.5 is 1).
+	// label > 0.5 is 1, any other 0: labels 0/1 and -1/+1 both work).
 	Binary Predictor = "binary_classifier"
 )
 
@@ -333,6 +333,9 @@ func (f *FM) Update(ctx context.Context, s elastic.State, b *elastic.Batch) erro
 		z := score(t[f.offW0], w, v, k, x, idx, sum)
 		if math.IsNaN(z) || math.IsInf(z, 0) {
 			return fmt.Errorf("fm: the model diverged (score %v after %v rows); want a lower LearningRate (now %v) or scaled features", z, t[hRows], f.cfg.LearningRate)
+		}
+		if yi := b.Y[i]; math.IsNaN(yi) || math.IsInf(yi, 0) {
+			return fmt.Errorf("fm: the label of row %d of the batch is %v; want a finite number", i, yi)
 		}
 		l, e := lossGrad(f.cfg.Predictor, z, b.Y[i])
 		lossSum += l

@@ -3,6 +3,7 @@ package fm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -76,6 +77,8 @@ func syntheticDensity(pred Predictor, rows, d int, density float64, seed uint64)
 	}
 	return x, y, tr
 }
+
+var lossName = map[Predictor]string{Binary: "log loss", Regressor: "MSE"}
 
 // testLoss is the figure the tests compare: mean log loss of the
 // probability p (Binary) or mean squared error of the prediction p
@@ -171,8 +174,12 @@ func TestSyntheticAgainstTheGeneratingModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			loss, acc := meanLoss(pred, xte, yte, d, func(x []float64) float64 { return lm.Scores(x)[0] })
-			t.Logf("%s, %d workers, %d rows: FM test loss %.5f (generating model %.5f, %+.2f%%; linear learner %.5f), accuracy %.4f (%.4f; linear %.4f); progressive loss %.5f",
-				pred, workers, rows, loss, trueLoss, 100*(loss/trueLoss-1), linLoss, acc, trueAcc, linAcc, sm.Params["progressive_loss"])
+			accs := ""
+			if pred == Binary {
+				accs = fmt.Sprintf(", accuracy %.4f (generating model %.4f, linear learner %.4f)", acc, trueAcc, linAcc)
+			}
+			t.Logf("%s, %d workers, %d rows: FM test %s %.5f (generating model %.5f, %+.2f%%; linear learner %.5f, %+.1f%%)%s",
+				pred, workers, rows, lossName[pred], loss, trueLoss, 100*(loss/trueLoss-1), linLoss, 100*(linLoss/trueLoss-1), accs)
 			if loss > trueLoss*1.02 {
 				t.Errorf("%s, %d workers: loss %.5f; the generating model's %.5f; want within 2%%", pred, workers, loss, trueLoss)
 			}
@@ -457,6 +464,7 @@ func TestConfigErrors(t *testing.T) {
 		{&elastic.Batch{X: []float64{1, 2}, Cols: 2, Y: []float64{1}}, "Initialize must run before the first batch"},
 		{&elastic.Batch{X: []float64{1, 2, 3}, Cols: 3, Y: []float64{1}}, "batch of 3 columns; the machine has 2 features"},
 		{&elastic.Batch{X: []float64{1, 2}, Cols: 2}, "batch of 1 rows has 0 labels"},
+		{&elastic.Batch{X: []float64{1, 2, 3, 4}, Cols: 2, Y: []float64{1, math.NaN()}}, "the label of row 1 of the batch is NaN; want a finite number"},
 	} {
 		if err := f.Update(ctx, st, u.b); err == nil || !strings.Contains(err.Error(), u.want) {
 			t.Errorf("Update(%+v): %v; want an error with %q", u.b, err, u.want)

@@ -25,11 +25,9 @@ func (s slowSource) Next(ctx context.Context) (*elastic.Batch, error) {
 // Initialize is not run again over it) ends with the test log loss of an
 // uninterrupted run, within 1%, and has trained on every row at least once.
 func TestStoppedAndResumedLikeUninterrupted(t *testing.T) {
-	const d, batch = 20, 64
-	rows := 100_000
-	if raceEnabled {
-		rows = 60_000
-	}
+	// The same rows under the race detector: it costs this package only a
+	// few times, and a shorter run would be stopped too few times.
+	const d, batch, rows = 20, 64, 100_000
 	x, y, _ := synthetic(Binary, rows, d, 1)
 	xte, yte, _ := synthetic(Binary, 10_000, d, 2)
 	f, err := New(Config{Predictor: Binary, Features: d, Seed: 3})

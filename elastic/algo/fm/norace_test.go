@@ -1,5 +1,0 @@
-//go:build !race
-
-package fm
-
-const raceEnabled = false
