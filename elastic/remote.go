@@ -14,6 +14,15 @@ package elastic
 // its lease; a worker not heard from for the lease time (it was preempted,
 // killed) leaves, so a barrier never waits for it. A worker that leaves
 // tells the coordinator at once.
+//
+// Shards: a coordinator that knows the number of shards (Coordinator.Shards)
+// hands them out: a worker claims one, reads it, claims the next, and so on
+// (RemoteState.Work). A shard is held by one live worker at a time; the
+// shards of a worker that leaves or whose lease runs out go to the next
+// worker that claims, and it reads on from the position the state records.
+// With more shards than workers, workers that join late take a share of
+// the input and workers that leave early lose only their current shard's
+// unrecorded batch.
 
 import (
 	"bytes"
@@ -39,10 +48,14 @@ type Coordinator struct {
 	// Token, if set, must be sent by workers as a bearer token.
 	Token string
 	Now   func() time.Time
+	// Shards, if positive, is the number of shards of the input, which
+	// workers claim one at a time (POST /claim).
+	Shards int
 
 	mu      sync.Mutex
 	next    int64
 	workers map[int64]time.Time // last heard from
+	claims  map[int]int64       // shard -> the worker reading it
 }
 
 // NewCoordinator returns a coordinator of st with no members yet (st's
@@ -51,7 +64,7 @@ func NewCoordinator(st *MemState) *Coordinator {
 	st.mu.Lock()
 	st.members = 0
 	st.mu.Unlock()
-	return &Coordinator{State: st, workers: map[int64]time.Time{}}
+	return &Coordinator{State: st, workers: map[int64]time.Time{}, claims: map[int]int64{}}
 }
 
 func (c *Coordinator) now() time.Time {
@@ -127,6 +140,8 @@ func (c *Coordinator) renew(id int64) bool {
 //	POST /pull?worker=ID&key=K      -> float64s (little-endian); 204 if no such key
 //	POST /push?worker=ID&key=K      <- float64s
 //	POST /barrier?worker=ID
+//	POST /claim?worker=ID           -> {"shard": K, "shards": N}; K = -1: none to claim,
+//	                                   and "wait": true if other live workers hold some
 //	GET  /snapshot                  -> {"tensors": {...}} (a checkpoint of the state)
 func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.Token != "" && r.Header.Get("Authorization") != "Bearer "+c.Token {
@@ -203,6 +218,14 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
+	case "/claim":
+		k, wait, err := c.claim(ctx, id)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(Claim{Shard: k, Shards: c.Shards, Wait: wait})
 	case "/barrier":
 		// The wait renews the lease: a worker waiting is alive.
 		done := make(chan error, 1)
@@ -224,6 +247,49 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// Claim is the coordinator's answer to a claim: the shard the worker now
+// holds (of Shards), or -1 if none is free; Wait then tells that other
+// live workers hold shards not yet done (one may leave).
+type Claim struct {
+	Shard  int  `json:"shard"`
+	Shards int  `json:"shards"`
+	Wait   bool `json:"wait,omitempty"`
+}
+
+// claim gives worker id the first shard that is neither done nor held by
+// a live worker, releasing the one it held.
+func (c *Coordinator) claim(ctx context.Context, id int64) (shard int, wait bool, err error) {
+	if c.Shards <= 0 {
+		return -1, false, errors.New("this coordinator hands out no shards (start it with the number of shards)")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, holder := range c.claims {
+		if holder == id {
+			delete(c.claims, k)
+		}
+	}
+	for k := range c.Shards {
+		done, err := c.State.Pull(ctx, doneKey(k))
+		if err != nil {
+			return -1, false, err
+		}
+		if len(done) == 1 && done[0] > 0 {
+			delete(c.claims, k)
+			continue
+		}
+		if holder, ok := c.claims[k]; ok {
+			if _, live := c.workers[holder]; live {
+				wait = true
+				continue
+			}
+		}
+		c.claims[k] = id
+		return k, false, nil
+	}
+	return -1, wait, nil
 }
 
 func encodeTensor(t Tensor) []byte {
@@ -362,4 +428,51 @@ func (r *RemoteState) Push(ctx context.Context, key string, delta Tensor) error 
 func (r *RemoteState) Barrier(ctx context.Context) error {
 	_, err := r.call(ctx, "/barrier?worker="+strconv.FormatInt(r.worker, 10), nil)
 	return err
+}
+
+// Claim asks the coordinator for a shard to read (see Coordinator.Shards).
+func (r *RemoteState) Claim(ctx context.Context) (Claim, error) {
+	b, err := r.call(ctx, "/claim?worker="+strconv.FormatInt(r.worker, 10), nil)
+	if err != nil {
+		return Claim{}, err
+	}
+	var c Claim
+	if err := json.Unmarshal(b, &c); err != nil || c.Shards <= 0 || c.Shard < -1 || c.Shard >= c.Shards {
+		return Claim{}, fmt.Errorf("claim: unreadable answer %q", b)
+	}
+	return c, nil
+}
+
+// ShardOpener opens shard k of n at row pos (see Opener).
+type ShardOpener func(ctx context.Context, shard, shards int, pos int64) (Source, error)
+
+// Work claims shards from the coordinator one at a time and runs alg over
+// each (RunShardPasses, passes times over), until every shard is done.
+// While other live workers hold the shards left it waits, polling every
+// poll, so that it takes over the shard of one that leaves or dies.
+func (r *RemoteState) Work(ctx context.Context, alg Algorithm, passes int, poll time.Duration, open ShardOpener) error {
+	for {
+		c, err := r.Claim(ctx)
+		if err != nil {
+			return err
+		}
+		if c.Shard < 0 {
+			if !c.Wait {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(poll):
+			}
+			continue
+		}
+		n := c.Shards
+		err = RunShardPasses(ctx, alg, r, c.Shard, passes, func(ctx context.Context, k int, pos int64) (Source, error) {
+			return open(ctx, k, n, pos)
+		})
+		if err != nil {
+			return fmt.Errorf("shard %d of %d: %w", c.Shard, n, err)
+		}
+	}
 }

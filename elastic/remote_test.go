@@ -3,10 +3,12 @@ package elastic
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,5 +211,111 @@ func TestTensorEncoding(t *testing.T) {
 	}
 	if _, err := decodeTensor(encodeTensor(Tensor{math.NaN()})); err == nil {
 		t.Error("NaN accepted")
+	}
+}
+
+// TestWorkersClaimShards: a coordinator hands 8 shards out to workers that
+// come and go: one worker starts alone, a second joins later and takes
+// shards the first has not reached, the first dies without a word
+// mid-shard, and a third joins and, with the second, takes the dead one's
+// shard over once its lease runs out. Every row is read (at most the dead
+// worker's last batch twice), every shard is read by one worker at a time,
+// and the median is the uninterrupted one's.
+func TestWorkersClaimShards(t *testing.T) {
+	const n, batch, shards = 1_600_000, 1000, 8
+	x, exact := stream(n)
+	st := NewMemState(0)
+	if err := (Median{}).Initialize(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	coord, srv := startCoordinator(t, st)
+	coord.Shards = shards
+	var mu sync.Mutex
+	readers := map[int]map[int64]bool{} // shard -> workers that read it
+	open := func(w *RemoteState, die *dying) ShardOpener {
+		return func(ctx context.Context, k, nk int, pos int64) (Source, error) {
+			if nk != shards {
+				return nil, fmt.Errorf("told %d shards; want %d", nk, shards)
+			}
+			mu.Lock()
+			if readers[k] == nil {
+				readers[k] = map[int64]bool{}
+			}
+			readers[k][w.Worker()] = true
+			mu.Unlock()
+			src, err := SliceOpener(x, nil, 1, shards, batch)(ctx, k, pos)
+			if die != nil && err == nil {
+				die.Source = src
+				return die, nil
+			}
+			return &slow{Source: src}, err
+		}
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	work := func(ctx context.Context, die *dying) {
+		defer wg.Done()
+		w, err := Join(ctx, srv.URL, "")
+		if err != nil {
+			errs <- err
+			return
+		}
+		err = w.Work(ctx, Median{}, 1, 20*time.Millisecond, open(w, die))
+		if err != nil && !errors.Is(err, context.Canceled) {
+			errs <- err
+		}
+	}
+	dctx, kill := context.WithCancel(ctx)
+	wg.Add(1)
+	go work(dctx, &dying{after: 250, cancel: kill}) // dies in its second shard
+	time.Sleep(30 * time.Millisecond)
+	wg.Add(1)
+	go work(ctx, nil)
+	<-dctx.Done()
+	wg.Add(1)
+	go work(ctx, nil)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := WaitShards(ctx, st, shards, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	m, err := (Median{}).Finalize(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMedian(t, m, exact, n, batch, 1)
+	workers := map[int64]bool{}
+	taken := 0
+	for k, ws := range readers {
+		for w := range ws {
+			workers[w] = true
+		}
+		if len(ws) > 1 {
+			taken++
+			if len(ws) > 2 {
+				t.Errorf("shard %d read by workers %v; want the dead one's only taken over once", k, ws)
+			}
+		}
+	}
+	if len(readers) != shards || len(workers) != 3 || taken != 1 {
+		t.Errorf("%d shards read by %d workers, %d taken over; want all %d by 3 workers, the dead one's taken over", len(readers), len(workers), taken, shards)
+	}
+	t.Logf("shards and their readers: %v", readers)
+}
+
+// TestClaimNeedsShards: a coordinator that was not told the number of
+// shards refuses claims with a clear error.
+func TestClaimNeedsShards(t *testing.T) {
+	_, srv := startCoordinator(t, NewMemState(0))
+	w, err := Join(context.Background(), srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Claim(context.Background()); err == nil || !strings.Contains(err.Error(), "no shards") {
+		t.Fatalf("claim: %v; want the coordinator's refusal", err)
 	}
 }

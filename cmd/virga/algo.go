@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -130,7 +131,7 @@ func newAlgoCmd(g *globals) *cobra.Command {
 	var header bool
 	var batch, workers, epochs int
 	var params []string
-	var every time.Duration
+	var every, lease time.Duration
 	var sample int64
 	var price float64
 	var serve, join string
@@ -205,7 +206,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				return runWorker(ctx, g, alg, join, in, opts, shard, shards, epochs)
 			}
 			if serve != "" {
-				return runCoordinator(ctx, g, b, alg, save, serve, shards, ckptDir, every, modelOut)
+				return runCoordinator(ctx, g, b, alg, save, serve, shards, lease, ckptDir, every, modelOut)
 			}
 			passes := epochs
 			if sample > 0 {
@@ -331,9 +332,10 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 	f.StringVar(&ckptDir, "checkpoint", "", "checkpoint directory of a run by hand: resumed from if it holds a state (under Virga: VIRGA_CHECKPOINT_DIR)")
 	f.DurationVar(&every, "checkpoint-every", 10*time.Second, "how often the state is checkpointed under Virga")
 	f.StringVar(&serve, "serve", "", "coordinator of worker processes: serve the state on this address (e.g. :7071) until --shards shards are read, then finalize")
-	f.StringVar(&join, "join", "", "worker process: join the coordinator at this URL and read shard --shard of --shards of --input")
-	f.IntVar(&shard, "shard", 0, "with --join: the shard this worker reads (0-based)")
-	f.IntVar(&shards, "shards", 1, "with --serve or --join: the number of shards")
+	f.StringVar(&join, "join", "", "worker process: join the coordinator at this URL and read shards of --input: the ones the coordinator hands out, or --shard of --shards")
+	f.IntVar(&shard, "shard", -1, "with --join: read only this shard (0-based) of --shards; default: claim shards from the coordinator until all are read")
+	f.IntVar(&shards, "shards", 1, "with --serve: the number of shards the coordinator hands out (more shards than workers lets workers come and go); with --join --shard: the number of shards")
+	f.DurationVar(&lease, "lease", 10*time.Second, "with --serve: a worker not heard from for this long has left (its shard goes to another)")
 	f.Int64Var(&sample, "sample", 0, "estimate: run on the first N rows of each shard and print the throughput")
 	f.Float64Var(&price, "price", 0, "with --sample: USD per worker-hour, to print the whole input's cost")
 	return cmd
@@ -441,11 +443,15 @@ func countRows(uri string, opts input.Options) (int64, error) {
 // coordinator cannot be reached (it restarts) it joins again, for up to a
 // minute.
 func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in string, opts input.Options, shard, shards, epochs int) error {
-	if shard < 0 || shard >= shards {
-		return usageError{fmt.Errorf("--shard %d: want 0 to %d", shard, shards-1)}
+	if shard < -1 || shard >= shards {
+		return usageError{fmt.Errorf("--shard %d: want 0 to %d (or none: the coordinator hands shards out)", shard, shards-1)}
 	}
-	open := func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
-		return input.OpenShardAt(in, opts, k, shards, pos)
+	open := func(ctx context.Context, k, n int, pos int64) (elastic.Source, error) {
+		return input.OpenShardAt(in, opts, k, n, pos)
+	}
+	what := "worker of shard " + strconv.Itoa(shard)
+	if shard < 0 {
+		what = "worker"
 	}
 	token := os.Getenv("VIRGA_ALGO_TOKEN")
 	var last error
@@ -453,28 +459,41 @@ func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in s
 	for time.Now().Before(deadline) {
 		w, err := elastic.Join(ctx, url, token)
 		if err == nil {
-			err = elastic.RunShardPasses(ctx, alg, w, shard, epochs, open)
+			if shard >= 0 {
+				err = elastic.RunShardPasses(ctx, alg, w, shard, epochs, func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
+					return open(ctx, k, shards, pos)
+				})
+			} else {
+				err = w.Work(ctx, alg, epochs, 200*time.Millisecond, open)
+			}
 			if err == nil {
 				_ = w.Leave(ctx)
 				return nil
 			}
+			deadline = time.Now().Add(time.Minute) // it was reached: a minute from now
 		}
 		if ctx.Err() != nil {
 			return exitError{code: trial.StoppedExitCode}
 		}
+		// Only the coordinator being away (restarting) is worth waiting
+		// for; the input's or the algorithm's errors are not.
+		var unreachable *neturl.Error
+		if !errors.Is(err, elastic.ErrNotMember) && !errors.As(err, &unreachable) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 		if last == nil || err.Error() != last.Error() {
-			fmt.Fprintf(g.stderr, "virga algo: worker of shard %d: %v; joining again\n", shard, err)
+			fmt.Fprintf(g.stderr, "virga algo: %s: %v; joining again\n", what, err)
 		}
 		last = err
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("shard %d: the coordinator at %s: %w", shard, url, last)
+	return fmt.Errorf("%s: the coordinator at %s: %w", what, url, last)
 }
 
 // runCoordinator serves the state to worker processes until every shard is
 // read, checkpointing it to ckptDir as it goes (a restarted coordinator
 // resumes from it), then finalizes and saves the model.
-func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algorithm, save saver, addr string, shards int, ckptDir string, every time.Duration, modelOut string) error {
+func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algorithm, save saver, addr string, shards int, lease time.Duration, ckptDir string, every time.Duration, modelOut string) error {
 	st := elastic.NewMemState(0)
 	resumed := false
 	if ckptDir != "" {
@@ -493,6 +512,8 @@ func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algo
 	}
 	coord := elastic.NewCoordinator(st)
 	coord.Token = os.Getenv("VIRGA_ALGO_TOKEN")
+	coord.Shards = shards
+	coord.Lease = lease
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -539,6 +560,13 @@ func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algo
 				if err := elastic.SaveModelFile(modelOut, saved); err != nil {
 					return err
 				}
+			}
+			// Workers waiting for a shard learn that none is left at
+			// their next claim and leave; serve them that long (at most a
+			// lease), so that they end instead of looking for a coordinator
+			// that is gone.
+			for end := time.Now().Add(coord.Lease); coord.Members() > 0 && time.Now().Before(end); {
+				time.Sleep(20 * time.Millisecond)
 			}
 			if g.json {
 				return g.printJSON(saved)

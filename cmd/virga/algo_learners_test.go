@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,4 +209,76 @@ seed: 3
 	if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || v <= 0 || v > 1 {
 		t.Errorf("best validation loss %s; want a log loss in (0, 1] after 3 passes", m[1])
 	}
+}
+
+// TestAlgoWorkersComeAndGo: a coordinator hands 6 shards out (--shards 6,
+// --lease 1s) to worker processes without --shard: one starts alone, a
+// second joins later, the first is killed (SIGKILL) mid-run and a third
+// joins; the job ends with the median within 1% and every row read.
+func TestAlgoWorkersComeAndGo(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "values.csv")
+	const n = 600_000
+	x, exact := medianInput(n)
+	var sb strings.Builder
+	for _, v := range x {
+		sb.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		sb.WriteByte('\n')
+	}
+	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	ckpt, model := filepath.Join(dir, "ckpt"), filepath.Join(dir, "model.json")
+	coord := exec.Command(virgaBin, "algo", "median", "--serve", "127.0.0.1:"+strconv.Itoa(port), "--shards", "6", "--lease", "1s",
+		"--checkpoint", ckpt, "--checkpoint-every", "10ms", "--model", model)
+	coord.Stderr = os.Stderr
+	if err := coord.Start(); err != nil {
+		t.Fatal(err)
+	}
+	worker := func() *exec.Cmd {
+		c := exec.Command(virgaBin, "algo", "median", "--join", "http://127.0.0.1:"+strconv.Itoa(port), "--input", data, "--batch", "100")
+		c.Stderr = os.Stderr
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	waitRows := func(least int64) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if snap, err := readState(ckpt); err == nil && elastic.Rows(snap) >= least {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the checkpoint did not reach %d rows", least)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	a := worker()
+	waitRows(n / 10)
+	b := worker()
+	waitRows(n / 4)
+	_ = a.Process.Signal(syscall.SIGKILL)
+	_ = a.Wait()
+	c := worker()
+	for _, w := range []*exec.Cmd{b, c} {
+		if err := w.Wait(); err != nil {
+			t.Fatalf("a worker failed: %v", err)
+		}
+	}
+	if err := coord.Wait(); err != nil {
+		t.Fatalf("the coordinator failed: %v", err)
+	}
+	m := loadModel(t, model)
+	got, count := m.Tensors["median"].Data[0], m.Tensors["n"].Data[0]
+	if rel := math.Abs(got-exact) / exact; rel > 0.01 {
+		t.Errorf("median %.4f, exact %.4f: %.2f%% off", got, exact, 100*rel)
+	}
+	if count < n || count > n+100 {
+		t.Errorf("counted %v rows; want %d (at most the killed worker's last batch twice)", count, n)
+	}
+	t.Logf("median %.4f (exact %.4f), %v rows counted for %d", got, exact, count, n)
 }
