@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga/elastic"
+	"github.com/virga-ml/virga/elastic/algo/fm"
 	"github.com/virga-ml/virga/elastic/algo/kmeans"
 	"github.com/virga-ml/virga/elastic/algo/linear"
 	"github.com/virga-ml/virga/elastic/algo/pca"
@@ -64,6 +65,8 @@ var builtins = map[string]builtin{
 				return km.Saved(ps), nil
 			}, nil
 		}},
+	"factorization-machines": {name: "factorization-machines", summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
+		make: makeFM},
 	"pca": {name: "pca", summary: "principal components from the streaming covariance (params: k)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			k := int(ps["k"])
@@ -104,6 +107,26 @@ func makeLinear(ps map[string]float64, width int) (elastic.Algorithm, saver, err
 		return nil, nil, err
 	}
 	return l, l.Save, nil
+}
+
+func makeFM(ps map[string]float64, width int) (elastic.Algorithm, saver, error) {
+	cfg := fm.Config{Features: width, Predictor: fm.Regressor, Factors: int(ps["factors"]),
+		LearningRate: ps["learning_rate"], L2W: ps["l2_w"], L2V: ps["l2_v"], Seed: uint64(ps["seed"])}
+	switch k := int(ps["classes"]); k {
+	case 0:
+	case 2:
+		cfg.Predictor = fm.Binary
+	default:
+		return nil, nil, fmt.Errorf("classes: want 0 (regression) or 2 (binary) (got %d)", k)
+	}
+	if ps["sgd"] > 0 {
+		cfg.Optimizer = fm.SGD
+	}
+	f, err := fm.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, f.Save, nil
 }
 
 // vectors saves a model whose tensors are all vectors.

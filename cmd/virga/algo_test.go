@@ -247,6 +247,7 @@ func TestAlgoBuiltinsSaveModels(t *testing.T) {
 		{[]string{"linear-learner", "--param", "classes=10"}, "linear-learner", "weights", []int{10, 64}},
 		{[]string{"kmeans", "--param", "k=10", "--param", "seed=3"}, "kmeans", "centers", []int{10, 64}},
 		{[]string{"pca", "--param", "k=5"}, "pca", "components", []int{5, 64}},
+		{[]string{"factorization-machines", "--param", "classes=2", "--param", "factors=4"}, "factorization-machines", "v", []int{64, 4}},
 	} {
 		t.Run(c.algo, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "model.json")
