@@ -57,13 +57,39 @@
 //
 // # Shards and positions
 //
-// Shard k of n holds the rows i (0-based, counted over the whole input)
-// with i % n == k, so that n readers together read every row exactly once,
-// whatever the input (files, standard input, streams). Each reader reads
-// the whole input but parses only its rows.
+// OpenShard(uri, opts, k, n) reads shard k of n, so that n readers
+// together read every row exactly once. Options.Split says how the rows
+// are divided:
+//
+//   - SplitRanges: shard k holds the lines that start in the bytes
+//     [k*size/n, (k+1)*size/n) of the file. A shard reads from the first
+//     line that starts in its range (the line after the first '\n' at or
+//     after the range's start minus one, so a line that starts before the
+//     range belongs to the shard before) through the last line that starts
+//     in it, wherever that line ends, and each reader reads about size/n
+//     bytes. Shards hold about as many bytes as each other, not rows, and a
+//     shard of a small file may be empty. Only the file's first line is a
+//     header (Options.Header), in whichever shard it falls.
+//   - SplitRows: shard k holds the rows i (0-based, counted over the whole
+//     input) with i % n == k. It works on any input, but each reader reads
+//     the whole input and parses only its rows.
+//   - SplitAuto, the default, is SplitRanges for a file opened by name
+//     that is a regular file and not gzip compressed, and SplitRows for
+//     everything else: gzip (decompression cannot start mid-stream),
+//     standard input, network streams, and the readers of NewShardReader.
+//
+// Asking for SplitRanges where it cannot be done is an error
+// (ErrNotSplittable) naming the input. Source.Split tells which split a
+// reader uses.
 //
 // Pos is the number of rows of the shard returned so far. OpenShardAt(uri,
-// opts, k, n, pos) skips the first pos rows of the shard unparsed and goes
-// on from there, so a stopped job resumes where it stopped: store Pos with
-// the state in the checkpoint.
+// opts, k, n, pos) skips the first pos rows of the shard unparsed (for a
+// split by ranges, from the start of its range) and goes on from there, so
+// a stopped job resumes where it stopped: store Pos with the state in the
+// checkpoint. A position means the same rows only for the same input and
+// split: the byte ranges depend on the file's size and content, so the file
+// must not change between a checkpoint and its resume (nothing detects it:
+// rows would be read twice or not at all), every worker of a job must see
+// byte-identical copies of it (not, say, one with CRLF line endings), and a
+// checkpoint taken with one split must be resumed with the same one.
 package input

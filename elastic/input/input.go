@@ -60,6 +60,11 @@ type Options struct {
 	// error. Set it when reading shards or resuming, so that every reader
 	// agrees on the width.
 	Features int
+	// Split is how the input's rows are divided among shards: SplitAuto
+	// (the zero value) splits a regular uncompressed file opened by name
+	// by byte ranges and anything else by rows; SplitRows and SplitRanges
+	// force one (see "Shards and positions" in the package documentation).
+	Split Split
 }
 
 // Source is an elastic.Source over an input that also reports its read
@@ -70,13 +75,22 @@ type Source interface {
 	// the rows skipped to reach the position it was opened at): a
 	// checkpoint of the shard's read position.
 	Pos() int64
+	// Split is how the shard's rows were chosen: SplitRows or SplitRanges
+	// (never SplitAuto).
+	Split() Split
 	// Close releases the file or connection.
 	Close() error
 }
 
-// ErrNotResumable is returned when a position is asked of an input that
-// cannot be read again: standard input and network streams.
-var ErrNotResumable = errors.New("input cannot be read again, so it cannot be resumed at a position")
+var (
+	// ErrNotResumable is returned when a position is asked of an input
+	// that cannot be read again: standard input and network streams.
+	ErrNotResumable = errors.New("input cannot be read again, so it cannot be resumed at a position")
+	// ErrNotSplittable is returned when SplitRanges is asked of an input
+	// that cannot be read at an offset: gzip compressed data, standard
+	// input, a network stream, a pipe.
+	ErrNotSplittable = errors.New("input cannot be split by byte ranges (Options.Split = SplitRanges): it must be an uncompressed regular file")
+)
 
 // Open opens a whole input: a file path, "-" for standard input,
 // "tcp://host:port" (the reader connects and reads until the peer closes),
@@ -85,18 +99,24 @@ func Open(uri string, opts Options) (Source, error) {
 	return OpenShardAt(uri, opts, 0, 1, 0)
 }
 
-// OpenShard opens shard k of n of an input: the data rows i (counted from
-// 0 over the whole input) with i % n == k, so that n readers together read
-// every row exactly once. Every reader reads (but does not parse) the whole
-// input; for a network stream each reader opens its own connection.
+// OpenShard opens shard k of n of an input, so that n readers together
+// read every row exactly once. A regular uncompressed file is split by byte
+// ranges: shard k holds the lines that start in its k-th n-th, and its
+// reader reads about that much of the file. Other inputs (or Options.Split
+// = SplitRows) are split by rows: shard k holds the data rows i (counted
+// from 0 over the whole input) with i % n == k, and every reader reads (but
+// does not parse) the whole input; for a network stream each reader opens
+// its own connection.
 func OpenShard(uri string, opts Options, shard, shards int) (Source, error) {
 	return OpenShardAt(uri, opts, shard, shards, 0)
 }
 
 // OpenShardAt is OpenShard resumed at pos, a value of Pos from an earlier
 // reader of the same shard: the first pos rows of the shard are skipped
-// unparsed. Standard input and network streams cannot be resumed at pos >
-// 0 (ErrNotResumable).
+// unparsed (a shard split by ranges reads them from the start of its
+// range). Standard input and network streams cannot be resumed at pos > 0
+// (ErrNotResumable). The input must not have changed since the reader whose
+// position pos was: the split depends on the file's size and content.
 func OpenShardAt(uri string, opts Options, shard, shards int, pos int64) (Source, error) {
 	if err := checkShard(shard, shards, pos); err != nil {
 		return nil, err
@@ -104,6 +124,9 @@ func OpenShardAt(uri string, opts Options, shard, shards int, pos int64) (Source
 	network := IsNetwork(uri)
 	if pos > 0 && (network || uri == "-") {
 		return nil, fmt.Errorf("%s: %w", uri, ErrNotResumable)
+	}
+	if opts.Split == SplitRanges && (network || uri == "-") {
+		return nil, fmt.Errorf("%s: %w", uri, ErrNotSplittable)
 	}
 	name := uri
 	if network {
@@ -121,9 +144,10 @@ func OpenShardAt(uri string, opts Options, shard, shards int, pos int64) (Source
 		opts.Format = f
 	}
 	var rc io.ReadCloser
+	file := false
 	switch {
 	case uri == "-":
-		rc = io.NopCloser(os.Stdin)
+		rc = io.NopCloser(os.Stdin) // hides the *os.File: stdin is read once
 		name = "stdin"
 	case strings.HasPrefix(uri, "tcp://"):
 		host := strings.TrimPrefix(uri, "tcp://")
@@ -153,8 +177,9 @@ func OpenShardAt(uri string, opts Options, shard, shards int, pos int64) (Source
 			return nil, err
 		}
 		rc = f
+		file = true
 	}
-	r, err := newReader(rc, name, opts, shard, shards, pos)
+	r, err := newReader(rc, rc, name, opts, shard, shards, pos, file)
 	if err != nil {
 		rc.Close()
 		return nil, err
@@ -173,7 +198,11 @@ func NewReader(r io.Reader, name string, opts Options) (Source, error) {
 
 // NewShardReader is NewReader for shard k of n, skipping the first pos rows
 // of the shard; the caller vouches that r yields the same data as the
-// reader whose position pos was.
+// reader whose position pos was. The shards are split by rows unless
+// opts.Split is SplitRanges, which needs r to be an io.ReaderAt and
+// io.Seeker over uncompressed data (an *os.File of a regular file, a
+// bytes.Reader): it is read from its start to its end, whatever its current
+// offset.
 func NewShardReader(r io.Reader, name string, opts Options, shard, shards int, pos int64) (Source, error) {
 	if err := checkShard(shard, shards, pos); err != nil {
 		return nil, err
@@ -185,11 +214,11 @@ func NewShardReader(r io.Reader, name string, opts Options, shard, shards int, p
 		}
 		opts.Format = f
 	}
-	rc, ok := r.(io.ReadCloser)
+	c, ok := r.(io.Closer)
 	if !ok {
-		rc = io.NopCloser(r)
+		c = io.NopCloser(nil)
 	}
-	return newReader(rc, name, opts, shard, shards, pos)
+	return newReader(r, c, name, opts, shard, shards, pos, false)
 }
 
 // IsNetwork reports whether uri names a network stream (tcp, http, https),
@@ -238,8 +267,16 @@ type reader struct {
 	shard, shards int64
 	network       bool
 
-	line    int   // physical line number of the last line read
-	global  int64 // data rows seen in the whole input
+	// A shard split by ranges (ranged) reads the lines of ra that start at
+	// offsets first <= o < end; off is the offset of the next line.
+	ranged          bool
+	ra              io.ReaderAt
+	first, off, end int64
+	base            int   // lines before first, -1 until counted (lineBase)
+	bytesRead       int64 // bytes read from the input (before gunzip)
+
+	line    int   // lines read by this reader (the last one's number if first is 0)
+	global  int64 // data rows seen: in the whole input (rows) or the range
 	pos     int64 // rows of this shard returned (or skipped at open)
 	skip    int64 // rows of the shard still to skip
 	started bool  // first line handled (header)
@@ -247,11 +284,13 @@ type reader struct {
 	err     error // sticky
 }
 
-func newReader(rc io.ReadCloser, name string, opts Options, shard, shards int, pos int64) (*reader, error) {
+// newReader reads in (closing c on Close); autoRanges lets SplitAuto split
+// by ranges (a file opened by name).
+func newReader(in io.Reader, c io.Closer, name string, opts Options, shard, shards int, pos int64, autoRanges bool) (*reader, error) {
 	if opts.BatchRows <= 0 {
 		opts.BatchRows = DefaultBatchRows
 	}
-	r := &reader{name: name, rc: rc, opts: opts, shard: int64(shard), shards: int64(shards), pos: pos, skip: pos}
+	r := &reader{name: name, rc: c, opts: opts, shard: int64(shard), shards: int64(shards), pos: pos, skip: pos, base: -1}
 	switch opts.Format {
 	case CSV:
 		if opts.Comma == 0 {
@@ -275,9 +314,35 @@ func newReader(rc io.ReadCloser, name string, opts Options, shard, shards int, p
 		return nil, fmt.Errorf("%s: unknown format %q (want csv, jsonl or libsvm)", name, opts.Format)
 	}
 	r.opts = opts
-	br := bufio.NewReaderSize(rc, 64<<10)
+	switch opts.Split {
+	case SplitAuto, SplitRows, SplitRanges:
+	default:
+		return nil, fmt.Errorf("%s: unknown split %d (want SplitAuto, SplitRows or SplitRanges)", name, opts.Split)
+	}
+	if opts.Split == SplitRanges || opts.Split == SplitAuto && autoRanges {
+		ra, size, ok := sizeOf(in)
+		var magic [2]byte
+		if ok {
+			n, _ := ra.ReadAt(magic[:], 0)
+			ok = !isGzip(magic[:n])
+		}
+		switch {
+		case ok:
+			r.ra = ra
+			if err := r.openRange(ra, size); err != nil {
+				return nil, err
+			}
+			r.sc.Buffer(make([]byte, 0, 64<<10), MaxLine)
+			return r, nil
+		case opts.Split == SplitRanges && isGzip(magic[:]):
+			return nil, fmt.Errorf("%s: gzip compressed: %w", name, ErrNotSplittable)
+		case opts.Split == SplitRanges:
+			return nil, fmt.Errorf("%s: %w", name, ErrNotSplittable)
+		}
+	}
+	br := bufio.NewReaderSize(&counter{r: in, n: &r.bytesRead}, 64<<10)
 	var src io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+	if magic, _ := br.Peek(2); isGzip(magic) {
 		gz, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, fmt.Errorf("%s: gzip: %v", name, err)
@@ -292,6 +357,14 @@ func newReader(rc io.ReadCloser, name string, opts Options, shard, shards int, p
 
 // Pos implements Source.
 func (r *reader) Pos() int64 { return r.pos }
+
+// Split implements Source.
+func (r *reader) Split() Split {
+	if r.ranged {
+		return SplitRanges
+	}
+	return SplitRows
+}
 
 // Close implements Source.
 func (r *reader) Close() error {
@@ -320,7 +393,7 @@ func (r *reader) nextRow() ([]byte, bool) {
 		}
 		i := r.global
 		r.global++
-		if i%r.shards != r.shard {
+		if !r.ranged && i%r.shards != r.shard {
 			continue
 		}
 		if r.skip > 0 {
@@ -329,11 +402,11 @@ func (r *reader) nextRow() ([]byte, bool) {
 		}
 		return t, true
 	}
-	if err := r.sc.Err(); err != nil {
+	if err := r.sc.Err(); err != nil && err != errRangeEnd {
 		if errors.Is(err, bufio.ErrTooLong) {
-			r.err = fmt.Errorf("%s:%d: line longer than %d bytes", r.name, r.line+1, MaxLine)
+			r.err = fmt.Errorf("%s: line longer than %d bytes", r.where(r.line+1), MaxLine)
 		} else {
-			r.err = fmt.Errorf("%s:%d: read: %w", r.name, r.line+1, err)
+			r.err = fmt.Errorf("%s: read: %w", r.where(r.line+1), err)
 		}
 	} else {
 		if r.skip > 0 {
@@ -366,10 +439,10 @@ func (r *reader) Next(ctx context.Context) (*elastic.Batch, error) {
 			break
 		}
 		if err := r.p.row(line); err != nil {
-			if r.opts.Format == CSV && !r.opts.Header && r.global == 1 {
+			if r.opts.Format == CSV && !r.opts.Header && r.global == 1 && r.first == 0 {
 				err = fmt.Errorf("%w (a header line? set Options.Header)", err)
 			}
-			r.err = fmt.Errorf("%s:%d: %w", r.name, r.line, err)
+			r.err = fmt.Errorf("%s: %w", r.where(r.line), err)
 			return nil, r.err
 		}
 		n++
@@ -385,7 +458,7 @@ func (r *reader) Next(ctx context.Context) (*elastic.Batch, error) {
 	}
 	b, err := r.p.end()
 	if err != nil {
-		r.err = fmt.Errorf("%s:%d: %w", r.name, r.line, err)
+		r.err = fmt.Errorf("%s: %w", r.where(r.line), err)
 		return nil, r.err
 	}
 	r.pos += int64(n)

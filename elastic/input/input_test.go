@@ -207,10 +207,12 @@ func indexed(t *testing.T, name string, rows int) string {
 	return p
 }
 
+// TestShards reads a file split by rows (Options.Split = SplitRows): shard
+// k of n holds the rows i with i % n == k.
 func TestShards(t *testing.T) {
 	const rows = 257
 	p := indexed(t, "i.csv", rows)
-	opts := Options{Label: 3, Header: true, BatchRows: 16}
+	opts := Options{Label: 3, Header: true, BatchRows: 16, Split: SplitRows}
 	for _, n := range []int{1, 2, 3, 5} {
 		seen := make([]int, rows)
 		for k := range n {
@@ -243,11 +245,17 @@ func TestShards(t *testing.T) {
 }
 
 func TestResume(t *testing.T) {
+	for _, split := range []Split{SplitRows, SplitRanges} {
+		t.Run(split.String(), func(t *testing.T) { testResume(t, split) })
+	}
+}
+
+func testResume(t *testing.T, split Split) {
 	const rows = 300
 	p := indexed(t, "i.csv", rows)
-	opts := Options{Label: LastColumn, Header: true, BatchRows: 7}
+	opts := Options{Label: LastColumn, Header: true, BatchRows: 7, Split: split}
 	ctx := context.Background()
-	for _, stop := range []int{0, 1, 5, 14, 15} { // batches read before the pause
+	for _, stop := range []int{0, 1, 5, 13, 14} { // batches read before the pause
 		full, err := OpenShard(p, opts, 1, 3)
 		if err != nil {
 			t.Fatal(err)
@@ -279,18 +287,25 @@ func TestResume(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Pos() != full.Pos() || !equal(append(got, rest...), all) {
+		if r.Pos() != full.Pos() || !equal(append(got, rest...), all) || r.Split() != split {
 			t.Fatalf("stop after %d batches (pos %d): %d + %d values, want %d", stop, pos, len(got), len(rest), len(all))
 		}
 		r.Close()
 	}
 	// A position beyond the end is an error.
-	r, err := OpenShardAt(p, opts, 0, 3, 101)
+	full, err := OpenShard(p, opts, 0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, full)
+	full.Close()
+	beyond := full.Pos() + 1
+	r, err := OpenShardAt(p, opts, 0, 3, beyond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := r.Next(ctx); err == nil || !strings.Contains(err.Error(), "before position 101") {
+	if _, err := r.Next(ctx); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("before position %d", beyond)) {
 		t.Fatalf("got %v", err)
 	}
 }
