@@ -228,8 +228,36 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if join != "" {
 				return runWorker(ctx, g, alg, join, in, opts, shard, shards, epochs)
 			}
+			var baseState map[string]elastic.Tensor
+			if base != "" {
+				if baseState, err = readState(base); err != nil {
+					return err
+				}
+			}
 			if serve != "" {
-				return runCoordinator(ctx, g, b, alg, save, serve, shards, lease, ckptDir, every, modelOut)
+				c := &coordinator{addr: serve, shards: shards, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState}
+				return c.run(ctx, g, b, alg, save)
+			}
+			if gang, err := gangFromEnv(); err != nil {
+				return err
+			} else if gang.WorldSize > 1 {
+				// A trial of several processes (resources.nodes /
+				// processes_per_node): rank 0 is the coordinator and a
+				// worker, the others workers; they share 4 shards each.
+				n := max(shards, 4*gang.WorldSize)
+				url := "http://" + net.JoinHostPort(gang.MasterAddr, strconv.Itoa(gang.MasterPort))
+				if gang.Rank > 0 {
+					return runWorker(ctx, g, alg, url, in, opts, -1, n, epochs)
+				}
+				c := &coordinator{addr: ":" + strconv.Itoa(gang.MasterPort), shards: n, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState}
+				if t.Managed() {
+					c.ckptDir = t.CheckpointDir()
+					c.report = func(ctx context.Context, step int64, metrics map[string]float64) error {
+						_, err := t.Report(ctx, step, metrics)
+						return err
+					}
+				}
+				return runGangLeader(ctx, g, c, b, alg, save, in, opts, epochs)
 			}
 			passes := epochs
 			if sample > 0 {
@@ -246,11 +274,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 					}
 					return src, nil
 				}}
-			if base != "" {
-				if job.Base, err = readState(base); err != nil {
-					return err
-				}
-			}
+			job.Base = baseState
 			step := int64(0)
 			job.CheckpointDir = ckptDir
 			if t.Managed() {
@@ -304,20 +328,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				}
 			}
 			if t.Managed() {
-				// The model's scalars and its saved parameters (e.g. the
-				// linear learner's validation_loss) are the trial's final
-				// metrics, for an experiment's objective.
-				metrics := map[string]float64{}
-				for k, tn := range m {
-					if len(tn) == 1 {
-						metrics[k] = tn[0]
-					}
-				}
-				for k, v := range saved.Params {
-					metrics[k] = v
-				}
-				metrics["rows"] = float64(rows)
-				if _, err := t.Report(ctx, step+1, metrics); err != nil {
+				if _, err := t.Report(ctx, step+1, finalMetrics(m, saved, rows)); err != nil {
 					return err
 				}
 			}
@@ -469,7 +480,11 @@ func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in s
 	if shard < -1 || shard >= shards {
 		return usageError{fmt.Errorf("--shard %d: want 0 to %d (or none: the coordinator hands shards out)", shard, shards-1)}
 	}
+	var read []int // the shards this worker opened
 	open := func(ctx context.Context, k, n int, pos int64) (elastic.Source, error) {
+		if len(read) == 0 || read[len(read)-1] != k {
+			read = append(read, k)
+		}
 		return input.OpenShardAt(in, opts, k, n, pos)
 	}
 	what := "worker of shard " + strconv.Itoa(shard)
@@ -491,6 +506,7 @@ func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in s
 			}
 			if err == nil {
 				_ = w.Leave(ctx)
+				fmt.Fprintf(g.stderr, "virga algo: worker %d: done; read shards %v\n", w.Worker(), read)
 				return nil
 			}
 			deadline = time.Now().Add(time.Minute) // it was reached: a minute from now
@@ -513,31 +529,55 @@ func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in s
 	return fmt.Errorf("%s: the coordinator at %s: %w", what, url, last)
 }
 
-// runCoordinator serves the state to worker processes until every shard is
-// read, checkpointing it to ckptDir as it goes (a restarted coordinator
-// resumes from it), then finalizes and saves the model.
-func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algorithm, save saver, addr string, shards int, lease time.Duration, ckptDir string, every time.Duration, modelOut string) error {
+// coordinator is a run of `virga algo --serve` (or rank 0 of a gang).
+type coordinator struct {
+	addr     string // to listen on
+	shards   int
+	lease    time.Duration
+	ckptDir  string // the state is checkpointed here and resumed from
+	every    time.Duration
+	modelOut string
+	base     map[string]elastic.Tensor // incremental training: the state to start from
+	// report, if set, reports progress (rows) after each checkpoint and the
+	// final metrics: the coordinator is the trial's voice.
+	report func(ctx context.Context, step int64, metrics map[string]float64) error
+	// listening, if set, receives the address served on.
+	listening chan<- string
+}
+
+// run serves the state to worker processes until every shard is read,
+// checkpointing it to ckptDir as it goes (a restarted coordinator resumes
+// from it), then finalizes and saves the model.
+func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elastic.Algorithm, save saver) error {
 	st := elastic.NewMemState(0)
 	resumed := false
-	if ckptDir != "" {
-		if snap, err := readState(ckptDir); err == nil {
+	if c.ckptDir != "" {
+		if snap, err := readState(c.ckptDir); err == nil {
 			st.Restore(snap)
 			resumed = true
-			fmt.Fprintf(g.stderr, "virga algo: resuming from the checkpoint in %s: %d rows read\n", ckptDir, elastic.Rows(snap))
+			fmt.Fprintf(g.stderr, "virga algo: resuming from the checkpoint in %s: %d rows read\n", c.ckptDir, elastic.Rows(snap))
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
 	if !resumed {
-		if err := alg.Initialize(ctx, st); err != nil {
+		if c.base != nil {
+			base := make(map[string]elastic.Tensor, len(c.base))
+			for k, t := range c.base {
+				if !strings.HasPrefix(k, "shard/") { // the new input is read from its start
+					base[k] = t
+				}
+			}
+			st.Restore(base)
+		} else if err := alg.Initialize(ctx, st); err != nil {
 			return err
 		}
 	}
 	coord := elastic.NewCoordinator(st)
 	coord.Token = os.Getenv("VIRGA_ALGO_TOKEN")
-	coord.Shards = shards
-	coord.Lease = lease
-	ln, err := net.Listen("tcp", addr)
+	coord.Shards = c.shards
+	coord.Lease = c.lease
+	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
 	}
@@ -547,22 +587,34 @@ func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algo
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go coord.Run(cctx)
-	fmt.Fprintf(g.stderr, "virga algo: coordinator of %d shards on %s\n", shards, ln.Addr())
-	checkpoint := func() error {
-		if ckptDir == "" {
+	fmt.Fprintf(g.stderr, "virga algo: coordinator of %d shards on %s\n", c.shards, ln.Addr())
+	if c.listening != nil {
+		c.listening <- ln.Addr().String()
+	}
+	var step int64
+	checkpoint := func(ctx context.Context) error {
+		if c.ckptDir == "" {
 			return nil
 		}
-		return writeState(ckptDir, st.Snapshot())
+		snap := st.Snapshot()
+		if err := writeState(c.ckptDir, snap); err != nil {
+			return err
+		}
+		if c.report == nil {
+			return nil
+		}
+		step++
+		return c.report(ctx, step, map[string]float64{"rows": float64(elastic.Rows(snap))})
 	}
 	done := make(chan error, 1)
-	go func() { done <- elastic.WaitShards(cctx, st, shards, 20*time.Millisecond) }()
-	tick := time.NewTicker(every)
+	go func() { done <- elastic.WaitShards(cctx, st, c.shards, 20*time.Millisecond) }()
+	tick := time.NewTicker(c.every)
 	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
 			if err != nil {
-				_ = checkpoint()
+				_ = checkpoint(context.WithoutCancel(ctx))
 				if ctx.Err() != nil {
 					return exitError{code: trial.StoppedExitCode}
 				}
@@ -572,15 +624,21 @@ func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algo
 			if err != nil {
 				return err
 			}
-			if err := checkpoint(); err != nil {
+			if err := writeStateIf(c.ckptDir, st); err != nil {
 				return err
 			}
 			saved, err := save(m)
 			if err != nil {
 				return err
 			}
-			if modelOut != "" {
-				if err := elastic.SaveModelFile(modelOut, saved); err != nil {
+			if c.modelOut != "" {
+				if err := elastic.SaveModelFile(c.modelOut, saved); err != nil {
+					return err
+				}
+			}
+			rows := elastic.Rows(st.Snapshot())
+			if c.report != nil {
+				if err := c.report(ctx, step+1, finalMetrics(m, saved, rows)); err != nil {
 					return err
 				}
 			}
@@ -594,14 +652,39 @@ func runCoordinator(ctx context.Context, g *globals, b builtin, alg elastic.Algo
 			if g.json {
 				return g.printJSON(saved)
 			}
-			fmt.Fprintf(g.stdout, "%s: %d rows from %d shards\n", b.name, elastic.Rows(st.Snapshot()), shards)
+			fmt.Fprintf(g.stdout, "%s: %d rows from %d shards\n", b.name, rows, c.shards)
 			return nil
 		case <-tick.C:
-			if err := checkpoint(); err != nil {
+			if err := checkpoint(ctx); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// writeStateIf writes st to dir, if there is a dir.
+func writeStateIf(dir string, st *elastic.MemState) error {
+	if dir == "" {
+		return nil
+	}
+	return writeState(dir, st.Snapshot())
+}
+
+// finalMetrics are a finished run's metrics for the trial: the model's
+// scalars, the saved model's parameters (e.g. the linear learner's
+// validation_loss, for an experiment's objective) and the rows read.
+func finalMetrics(m elastic.Model, saved *elastic.SavedModel, rows int64) map[string]float64 {
+	metrics := map[string]float64{}
+	for k, tn := range m {
+		if len(tn) == 1 {
+			metrics[k] = tn[0]
+		}
+	}
+	for k, v := range saved.Params {
+		metrics[k] = v
+	}
+	metrics["rows"] = float64(rows)
+	return metrics
 }
 
 // writeState writes a state snapshot as DIR/state.json atomically.
@@ -635,4 +718,83 @@ func inputWidth(ctx context.Context, uri string, opts input.Options) (int, error
 		return 0, fmt.Errorf("%s: reading the first rows: %w", uri, err)
 	}
 	return b.Cols, nil
+}
+
+// gangEnv is this process's place in a trial of several processes: the
+// rendezvous variables Virga sets for gangs (and torchrun-style launchers).
+type gangEnv struct {
+	Rank, WorldSize int
+	MasterAddr      string
+	MasterPort      int
+}
+
+// gangFromEnv reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; without
+// WORLD_SIZE (or 1) the process is alone.
+func gangFromEnv() (gangEnv, error) {
+	g := gangEnv{WorldSize: 1}
+	ws := os.Getenv("WORLD_SIZE")
+	if ws == "" {
+		return g, nil
+	}
+	var err error
+	num := func(name string) int {
+		v, e := strconv.Atoi(os.Getenv(name))
+		if e != nil && err == nil {
+			err = fmt.Errorf("%s=%q: want a number (a gang's rendezvous variables: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)", name, os.Getenv(name))
+		}
+		return v
+	}
+	g.WorldSize = num("WORLD_SIZE")
+	if err != nil || g.WorldSize <= 1 {
+		return gangEnv{WorldSize: 1}, err
+	}
+	g.Rank, g.MasterPort, g.MasterAddr = num("RANK"), num("MASTER_PORT"), os.Getenv("MASTER_ADDR")
+	switch {
+	case err != nil:
+	case g.Rank < 0 || g.Rank >= g.WorldSize:
+		err = fmt.Errorf("RANK=%d: want 0 to %d (WORLD_SIZE=%d)", g.Rank, g.WorldSize-1, g.WorldSize)
+	case g.MasterAddr == "":
+		err = errors.New("MASTER_ADDR is empty: a gang's rank 0 address is required")
+	case g.MasterPort <= 0 || g.MasterPort > 65535:
+		err = fmt.Errorf("MASTER_PORT=%d: want a TCP port", g.MasterPort)
+	}
+	return g, err
+}
+
+// runGangLeader is rank 0 of a gang: the coordinator, and a worker on it.
+// Either failing stops the other.
+func runGangLeader(ctx context.Context, g *globals, c *coordinator, b builtin, alg elastic.Algorithm, save saver, in string, opts input.Options, epochs int) error {
+	listening := make(chan string, 1)
+	c.listening = listening
+	cctx, stopCoordinator := context.WithCancel(ctx)
+	defer stopCoordinator()
+	cerr := make(chan error, 1)
+	go func() { cerr <- c.run(cctx, g, b, alg, save) }()
+	var addr string
+	select {
+	case addr = <-listening:
+	case err := <-cerr:
+		return err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	wctx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	werr := make(chan error, 1)
+	go func() { werr <- runWorker(wctx, g, alg, "http://127.0.0.1:"+port, in, opts, -1, c.shards, epochs) }()
+	select {
+	case err := <-werr:
+		if err != nil && ctx.Err() == nil {
+			stopCoordinator()
+			<-cerr
+			return err
+		}
+		return <-cerr
+	case err := <-cerr:
+		if err != nil {
+			stopWorker()
+			<-werr
+			return err
+		}
+		return <-werr
+	}
 }

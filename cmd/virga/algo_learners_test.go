@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
@@ -281,4 +282,69 @@ func TestAlgoWorkersComeAndGo(t *testing.T) {
 		t.Errorf("counted %v rows; want %d (at most the killed worker's last batch twice)", count, n)
 	}
 	t.Logf("median %.4f (exact %.4f), %v rows counted for %d", got, exact, count, n)
+}
+
+// TestAlgoAsGangTrial: a trial of two processes (resources.processes_per_node:
+// 2) running `virga algo linear-learner`: rank 0 is the coordinator and a
+// worker, rank 1 a worker; both read shards (disjoint), and the trial
+// reports every row of every pass and the validation loss.
+func TestAlgoAsGangTrial(t *testing.T) {
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "gang.yaml")
+	y := `name: algo-gang
+entrypoint: [` + virgaBin + `, algo, linear-learner, --input, ` + digits + `, --label, last, --param, classes=10, --epochs, "4", --batch, "16", --checkpoint-every, 50ms]
+objective: {metric: validation_loss, direction: minimize}
+resources: {cpu: 0.5, processes_per_node: 2}
+`
+	if err := os.WriteFile(exp, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "state")
+	b, err := exec.Command(virgaBin, "run", "--data-dir", data, exp).CombinedOutput()
+	if err != nil {
+		t.Fatalf("virga run: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), "COMPLETED") || !regexp.MustCompile(`best trial 1: validation_loss=0\.\d+`).Match(b) {
+		t.Fatalf("want the trial COMPLETED with its validation loss:\n%s", b)
+	}
+	logs, _ := filepath.Glob(filepath.Join(data, "attempts", "*", "output.log"))
+	var log []byte
+	for _, l := range logs {
+		c, _ := os.ReadFile(l)
+		log = append(log, c...)
+	}
+	done := regexp.MustCompile(`worker \d+: done; read shards \[([0-9 ]*)\]`).FindAllSubmatch(log, -1)
+	if len(done) != 2 {
+		t.Fatalf("want two workers done in the trial's log:\n%s", log)
+	}
+	seen := map[string]bool{}
+	for _, d := range done {
+		if len(d[1]) == 0 {
+			t.Errorf("a worker read no shard:\n%s", log)
+		}
+		for _, k := range strings.Fields(string(d[1])) {
+			if seen[k] {
+				t.Errorf("shard %s read by both workers:\n%s", k, log)
+			}
+			seen[k] = true
+		}
+	}
+	if len(seen) != 8 {
+		t.Errorf("%d shards read; want 8 (4 per process)", len(seen))
+	}
+	out, err := exec.Command(virgaBin, "best", "--data-dir", data, "1", "--json").Output()
+	if err != nil {
+		t.Fatalf("virga best: %v", err)
+	}
+	var best struct {
+		Metrics struct {
+			Values map[string]float64 `json:"values"`
+		} `json:"metrics"`
+	}
+	if err := json.Unmarshal(out, &best); err != nil {
+		t.Fatal(err)
+	}
+	if rows := best.Metrics.Values["rows"]; rows < 4*1797 || rows > 4*1797+2*16 {
+		t.Errorf("the trial reports %v rows; want 4 passes of 1797 (%d)", rows, 4*1797)
+	}
 }
