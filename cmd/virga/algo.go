@@ -150,7 +150,7 @@ func builtinNames() []string {
 }
 
 func newAlgoCmd(g *globals) *cobra.Command {
-	var in, format, label, modelOut, base, ckptDir string
+	var in, format, label, modelOut, base, ckptDir, split string
 	var header bool
 	var batch, workers, epochs int
 	var params []string
@@ -185,6 +185,15 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				return usageError{errors.New("--input is required: a file, '-' for standard input, tcp://host:port or an http(s) URL")}
 			}
 			opts := input.Options{Format: input.Format(format), BatchRows: batch, Header: header}
+			switch split {
+			case "", "auto":
+			case "rows":
+				opts.Split = input.SplitRows
+			case "ranges":
+				opts.Split = input.SplitRanges
+			default:
+				return usageError{fmt.Errorf("--split %q: want auto, rows or ranges", split)}
+			}
 			switch label {
 			case "", "none":
 			case "last":
@@ -357,6 +366,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 	f.StringVar(&format, "format", "", "csv, jsonl or libsvm (default: by the file's suffix)")
 	f.StringVar(&label, "label", "none", "CSV label column: a 1-based number, last, or none")
 	f.BoolVar(&header, "header", false, "the CSV input starts with a header line")
+	f.StringVar(&split, "split", "auto", "how shards divide the input: ranges (contiguous byte ranges of a plain file: each worker reads its part), rows (row i to shard i % n: each worker reads everything), auto (ranges when the input allows)")
 	f.IntVar(&batch, "batch", 1000, "rows per mini-batch")
 	f.IntVar(&workers, "workers", 1, "workers (shards of the input read in parallel)")
 	f.IntVar(&epochs, "epochs", 1, "passes over the input (files only: a stream is read once)")

@@ -348,3 +348,32 @@ resources: {cpu: 0.5, processes_per_node: 2}
 		t.Errorf("the trial reports %v rows; want 4 passes of 1797 (%d)", rows, 4*1797)
 	}
 }
+
+// TestAlgoSplits: `virga algo moments` over a plain CSV with 3 workers
+// counts every row once whether the shards are byte ranges or rows, and
+// --split ranges on a gzip file is refused naming the file.
+func TestAlgoSplits(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "values.csv")
+	var sb strings.Builder
+	for i := range 10_001 {
+		sb.WriteString(strconv.Itoa(i % 97))
+		sb.WriteByte('\n')
+	}
+	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, split := range []string{"auto", "ranges", "rows"} {
+		model := filepath.Join(dir, split+".json")
+		if b, err := exec.Command(virgaBin, "algo", "moments", "--input", data, "--workers", "3", "--batch", "64", "--split", split, "--model", model).CombinedOutput(); err != nil {
+			t.Fatalf("--split %s: %v\n%s", split, err, b)
+		}
+		if n := loadModel(t, model).Tensors["count"].Data[0]; n != 10_001 {
+			t.Errorf("--split %s: %v rows counted; want 10001", split, n)
+		}
+	}
+	b, err := exec.Command(virgaBin, "algo", "moments", "--input", digits, "--split", "ranges").CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "digits.csv.gz") || !strings.Contains(string(b), "byte ranges") {
+		t.Errorf("--split ranges on a gzip file: %v\n%s; want an error naming the file", err, b)
+	}
+}
