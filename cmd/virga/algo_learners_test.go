@@ -55,7 +55,7 @@ func digitsSplit(t *testing.T, dir string) (train string, xtr, xte, yte []float6
 // (SIGKILL) and started again and then the coordinator killed and started
 // again from its checkpoint, end with the quality of an uninterrupted run in
 // one process: test accuracy within 1.5 points (linear learner), inertia
-// within 2% (k-means).
+// within 2% (k-means), explained variance within 1% (PCA).
 func TestAlgoLearnersOnWorkerProcesses(t *testing.T) {
 	dir := t.TempDir()
 	train, xtr, xte, yte := digitsSplit(t, dir)
@@ -88,6 +88,15 @@ func TestAlgoLearnersOnWorkerProcesses(t *testing.T) {
 			}
 			return -km.Inertia(xtr)
 		}, func(ref float64) float64 { return 0.02 * -ref }},
+		{"pca", []string{"--param", "k=5"}, 2, func(t *testing.T, model string) float64 {
+			// the variance the 5 components explain, of all
+			ratio := loadModel(t, model).Tensors["explained_variance_ratio"].Data
+			sum := 0.0
+			for _, r := range ratio {
+				sum += r
+			}
+			return sum
+		}, func(ref float64) float64 { return 0.01 * ref }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
