@@ -19,6 +19,7 @@ import (
 	"log"
 	"math"
 	"math/rand/v2"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +88,27 @@ func main() {
 			fmt.Printf("%-22s %-8d %14.0f %16.0f %12.3f %18d %10.4f\n", g.name, workers, rps, rps/float64(min(workers, runtime.NumCPU())), sec, traffic, acc)
 		}
 	}
+	fmt.Printf("\nover the network runtime: a coordinator serving the state over HTTP on loopback, workers joining it\n")
+	fmt.Printf("(RemoteState, claiming shards); traffic measured: tensor bytes pulled and pushed, HTTP calls, per mini-batch\n\n")
+	fmt.Printf("%-22s %-8s %14s %16s %12s %18s %12s\n", "models", "workers", "rows/s", "rows/s per core", "seconds", "PS bytes/batch", "calls/batch")
+	for _, g := range grids {
+		for _, workers := range []int{1, 2} {
+			l, err := linear.New(linear.Config{Predictor: linear.Binary, Features: *cols, LearningRates: g.lr, L2: g.l2})
+			if err != nil {
+				log.Fatal(err)
+			}
+			sec, bytes, calls := math.Inf(1), 0.0, 0.0
+			for range max(*repeat, 1) {
+				runtime.GC()
+				s, b, c := remote(l, x, y, *cols, workers, *batch)
+				if s < sec {
+					sec, bytes, calls = s, b, c
+				}
+			}
+			rps := float64(*rows) / sec
+			fmt.Printf("%-22s %-8d %14.0f %16.0f %12.3f %18.0f %12.2f\n", g.name, workers, rps, rps/float64(min(workers, runtime.NumCPU())), sec, bytes, calls)
+		}
+	}
 	if !*sk {
 		return
 	}
@@ -118,6 +140,54 @@ func main() {
 	fmt.Printf("%-22s %-8s %14s %16s\n", "models", "workers", "rows/s", "rows/s per core")
 	fmt.Printf("%-22s %-8d %14.0f %16.0f\n", "1 model", 1, r["one_model_rows_per_s"], r["one_model_rows_per_s"])
 	fmt.Printf("%-22s %-8d %14.0f %16.0f   (16 partial_fit calls per batch, first 200k rows)\n", "16 models", 1, r["grid_rows_per_s"], r["grid_rows_per_s"])
+}
+
+// remote trains l over the network runtime: a coordinator on loopback HTTP
+// and workers (goroutines, each its own RemoteState and connections) that
+// claim the shards. It returns the seconds, the tensor bytes moved per
+// mini-batch and the HTTP calls per mini-batch.
+func remote(l *linear.Learner, x, y []float64, cols, workers, batch int) (sec, bytesPerBatch, callsPerBatch float64) {
+	ctx := context.Background()
+	st := elastic.NewMemState(0)
+	if err := l.Initialize(ctx, st); err != nil {
+		log.Fatal(err)
+	}
+	coord := elastic.NewCoordinator(st)
+	coord.Shards = workers
+	srv := httptest.NewServer(coord)
+	defer srv.Close()
+	start := time.Now()
+	states := make([]*elastic.RemoteState, workers)
+	errs := make(chan error, workers)
+	for i := range workers {
+		w, err := elastic.Join(ctx, srv.URL, "")
+		if err != nil {
+			log.Fatal(err)
+		}
+		states[i] = w
+		go func() {
+			errs <- w.Work(ctx, l, 1, 10*time.Millisecond, func(ctx context.Context, k, n int, pos int64) (elastic.Source, error) {
+				return elastic.SliceOpener(x, y, cols, n, batch)(ctx, k, pos)
+			})
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			log.Fatal(err)
+		}
+	}
+	sec = time.Since(start).Seconds()
+	if _, err := l.Finalize(ctx, st); err != nil {
+		log.Fatal(err)
+	}
+	batches := float64((len(y) + batch - 1) / batch)
+	var moved, calls int64
+	for _, w := range states {
+		pulled, pushed, pulls, pushes := w.Traffic()
+		moved += pulled + pushed
+		calls += pulls + pushes
+	}
+	return sec, float64(moved) / batches, float64(calls) / batches
 }
 
 // data draws rows of dense features (assorted means and scales) and labels
