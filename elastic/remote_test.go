@@ -319,3 +319,61 @@ func TestClaimNeedsShards(t *testing.T) {
 		t.Fatalf("claim: %v; want the coordinator's refusal", err)
 	}
 }
+
+// TestRemoteBarrierFollowsMembership: over the network, a barrier of three
+// workers waits while one is silent, and opens when that worker's lease
+// runs out (it was killed: no leave); a worker that joins later counts in
+// the next barrier.
+func TestRemoteBarrierFollowsMembership(t *testing.T) {
+	coord, srv := startCoordinator(t, NewMemState(0))
+	ctx := context.Background()
+	var ws []*RemoteState
+	for range 3 {
+		w, err := Join(ctx, srv.URL, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	done := make(chan error, 2)
+	start := time.Now()
+	for _, w := range ws[:2] {
+		go func() { done <- w.Barrier(ctx) }()
+	}
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the barrier did not open when the silent worker's lease ran out")
+		}
+	}
+	if waited := time.Since(start); waited < coord.Lease {
+		t.Errorf("the barrier opened after %v, before the silent worker's lease (%v) ran out", waited, coord.Lease)
+	}
+	if _, err := ws[2].Pull(ctx, "x"); !errors.Is(err, ErrNotMember) {
+		t.Errorf("the expired worker's pull: %v; want ErrNotMember", err)
+	}
+	late, err := Join(ctx, srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []*RemoteState{ws[0], ws[1]} {
+		go func() { done <- w.Barrier(ctx) }()
+	}
+	select {
+	case <-done:
+		t.Fatal("the barrier opened without the worker that joined")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := late.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
