@@ -72,6 +72,12 @@ func (j *Job) Run(ctx context.Context) (Model, *MemState, error) {
 			return nil, st, fmt.Errorf("initialize: %w", err)
 		}
 	}
+	if err := CheckLayout(ctx, st, j.Shards, max(j.Epochs, 1)); err != nil {
+		if resumed {
+			return nil, st, fmt.Errorf("%s: %w", filepath.Join(j.CheckpointDir, StateFile), err)
+		}
+		return nil, st, err
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, j.Shards)
@@ -148,18 +154,14 @@ func (j *Job) load(st *MemState) (bool, error) {
 	if j.CheckpointDir == "" {
 		return false, nil
 	}
-	b, err := os.ReadFile(filepath.Join(j.CheckpointDir, StateFile))
+	snap, err := ReadState(filepath.Join(j.CheckpointDir, StateFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	var f checkpointFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		return false, fmt.Errorf("%s: %w", filepath.Join(j.CheckpointDir, StateFile), err)
-	}
-	st.Restore(f.Tensors)
+	st.Restore(snap)
 	return true, nil
 }
 
@@ -169,14 +171,27 @@ func (j *Job) checkpoint(ctx context.Context, st *MemState) error {
 		return nil
 	}
 	snap := st.Snapshot()
-	b, err := json.Marshal(checkpointFile{Tensors: snap})
+	if err := WriteState(j.CheckpointDir, snap); err != nil {
+		return err
+	}
+	if j.OnCheckpoint != nil {
+		return j.OnCheckpoint(ctx, Rows(snap))
+	}
+	return nil
+}
+
+// WriteState writes a snapshot of a state to dir/StateFile durably: a
+// temporary file, synced, renamed over the old one (a crash leaves the old
+// or the new checkpoint, never a torn one).
+func WriteState(dir string, snapshot map[string]Tensor) error {
+	b, err := json.Marshal(checkpointFile{Tensors: snapshot})
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(j.CheckpointDir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(j.CheckpointDir, ".state-*")
+	tmp, err := os.CreateTemp(dir, ".state-*")
 	if err != nil {
 		return err
 	}
@@ -192,11 +207,30 @@ func (j *Job) checkpoint(ctx context.Context, st *MemState) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(j.CheckpointDir, StateFile)); err != nil {
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, StateFile)); err != nil {
 		return err
 	}
-	if j.OnCheckpoint != nil {
-		return j.OnCheckpoint(ctx, Rows(snap))
+	if d, err := os.Open(dir); err == nil { // the rename itself
+		_ = d.Sync()
+		d.Close()
 	}
 	return nil
+}
+
+// ReadState reads a state written by WriteState: path is the checkpoint
+// directory or its StateFile. A missing file is an error satisfying
+// errors.Is(err, os.ErrNotExist); an unreadable one names the file.
+func ReadState(path string) (map[string]Tensor, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, StateFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f checkpointFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%s: not a state written by Virga: %w", path, err)
+	}
+	return f.Tensors, nil
 }

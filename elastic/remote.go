@@ -10,10 +10,15 @@ package elastic
 // without a code generator in the build or another protocol stack on the
 // nodes. A push is one round trip of 8 bytes per element plus headers.
 //
-// Membership: a worker joins (it gets an ID) and every call it makes renews
-// its lease; a worker not heard from for the lease time (it was preempted,
-// killed) leaves, so a barrier never waits for it. A worker that leaves
-// tells the coordinator at once.
+// Membership: a worker joins (it gets an ID, the coordinator's instance and
+// the lease) and every call it makes renews its lease, as does a heartbeat
+// it sends every third of a lease while it lives (a batch may take longer
+// than a lease to read); a worker not heard from for the lease time (it was
+// preempted, killed) leaves, so a barrier never waits for it, and its later
+// calls are refused (410: it must join again). A worker that leaves tells
+// the coordinator at once. A coordinator restarted from a checkpoint is a
+// new instance: calls of workers that joined the old one are refused, so
+// their IDs cannot be mistaken for new workers'.
 //
 // Shards: a coordinator that knows the number of shards (Coordinator.Shards)
 // hands them out: a worker claims one, reads it, claims the next, and so on
@@ -22,7 +27,8 @@ package elastic
 // worker that claims, and it reads on from the position the state records.
 // With more shards than workers, workers that join late take a share of
 // the input and workers that leave early lose only their current shard's
-// unrecorded batch.
+// unrecorded batch. The number of shards and of passes over each are the
+// coordinator's (Claim tells them), so workers cannot disagree on them.
 
 import (
 	"bytes"
@@ -36,6 +42,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -49,13 +56,16 @@ type Coordinator struct {
 	Token string
 	Now   func() time.Time
 	// Shards, if positive, is the number of shards of the input, which
-	// workers claim one at a time (POST /claim).
-	Shards int
+	// workers claim one at a time (POST /claim); Passes is the number of
+	// passes over each (default 1).
+	Shards, Passes int
 
-	mu      sync.Mutex
-	next    int64
-	workers map[int64]time.Time // last heard from
-	claims  map[int]int64       // shard -> the worker reading it
+	instance string // this coordinator's lifetime, in every worker's calls
+	mu       sync.Mutex
+	next     int64
+	workers  map[int64]time.Time // last heard from
+	claims   map[int]int64       // shard -> the worker reading it
+	left     int                 // workers that left or whose lease ran out
 }
 
 // NewCoordinator returns a coordinator of st with no members yet (st's
@@ -64,8 +74,19 @@ func NewCoordinator(st *MemState) *Coordinator {
 	st.mu.Lock()
 	st.members = 0
 	st.mu.Unlock()
-	return &Coordinator{State: st, workers: map[int64]time.Time{}, claims: map[int]int64{}}
+	return &Coordinator{State: st, workers: map[int64]time.Time{}, claims: map[int]int64{},
+		instance: strconv.FormatInt(time.Now().UnixNano(), 36)}
 }
+
+// Left is the number of workers that have left, or whose lease ran out,
+// since the coordinator started.
+func (c *Coordinator) Left() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.left
+}
+
+func (c *Coordinator) passes() int { return max(c.Passes, 1) }
 
 func (c *Coordinator) now() time.Time {
 	if c.Now != nil {
@@ -101,6 +122,7 @@ func (c *Coordinator) Expire() {
 			gone++
 		}
 	}
+	c.left += gone
 	c.mu.Unlock()
 	for range gone {
 		c.State.Leave()
@@ -135,14 +157,20 @@ func (c *Coordinator) renew(id int64) bool {
 
 // ServeHTTP implements the protocol:
 //
-//	POST /join                      -> {"worker": ID}
-//	POST /leave?worker=ID
-//	POST /pull?worker=ID&key=K      -> float64s (little-endian); 204 if no such key
-//	POST /push?worker=ID&key=K      <- float64s
-//	POST /barrier?worker=ID
-//	POST /claim?worker=ID           -> {"shard": K, "shards": N}; K = -1: none to claim,
-//	                                   and "wait": true if other live workers hold some
+//	POST /join                      -> {"worker": ID, "instance": I, "lease_ms": L}
+//	POST /leave?worker=ID&instance=I
+//	POST /renew?worker=ID&instance=I (a heartbeat)
+//	POST /pull?worker=ID&instance=I&key=K -> float64s (little-endian); 204 if no such key
+//	POST /push?worker=ID&instance=I&key=K <- float64s
+//	POST /barrier?worker=ID&instance=I
+//	POST /claim?worker=ID&instance=I[&shard=K] -> {"shard": K, "shards": N, "passes": P};
+//	                                   K = -1: none to claim, and "wait": true if other live
+//	                                   workers hold some; with shard=K: that shard, or 409
+//	                                   if another live worker holds it
 //	GET  /snapshot                  -> {"tensors": {...}} (a checkpoint of the state)
+//
+// A call of a worker that is not a member, or that joined another instance
+// of the coordinator, is answered 410 Gone.
 func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.Token != "" && r.Header.Get("Authorization") != "Bearer "+c.Token {
 		http.Error(w, "a bearer token is required", http.StatusUnauthorized)
@@ -167,7 +195,7 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.mu.Unlock()
 		c.State.Join()
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]int64{"worker": id})
+		_ = json.NewEncoder(w).Encode(joined{Worker: id, Instance: c.instance, LeaseMS: c.lease().Milliseconds()})
 		return
 	}
 	id, err := strconv.ParseInt(q.Get("worker"), 10, 64)
@@ -175,11 +203,18 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "worker: want the ID that /join gave", http.StatusBadRequest)
 		return
 	}
+	if q.Get("instance") != c.instance {
+		http.Error(w, fmt.Sprintf("worker %d joined another instance of the coordinator (it restarted); join again", id), http.StatusGone)
+		return
+	}
 	c.Expire()
 	if r.URL.Path == "/leave" {
 		c.mu.Lock()
 		_, ok := c.workers[id]
 		delete(c.workers, id)
+		if ok {
+			c.left++
+		}
 		c.mu.Unlock()
 		if ok {
 			c.State.Leave()
@@ -191,6 +226,7 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch r.URL.Path {
+	case "/renew":
 	case "/pull":
 		t, err := c.State.Pull(ctx, q.Get("key"))
 		if err != nil {
@@ -219,13 +255,24 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	case "/claim":
-		k, wait, err := c.claim(ctx, id)
+		want := -1
+		if v := q.Get("shard"); v != "" {
+			if want, err = strconv.Atoi(v); err != nil || want < 0 {
+				http.Error(w, fmt.Sprintf("shard %q: want a shard number", v), http.StatusBadRequest)
+				return
+			}
+		}
+		k, wait, err := c.claim(ctx, id, want)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			code := http.StatusBadRequest
+			if errors.Is(err, ErrHeld) {
+				code = http.StatusConflict
+			}
+			http.Error(w, err.Error(), code)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(Claim{Shard: k, Shards: c.Shards, Wait: wait})
+		_ = json.NewEncoder(w).Encode(Claim{Shard: k, Shards: c.Shards, Passes: c.passes(), Wait: wait})
 	case "/barrier":
 		// The wait renews the lease: a worker waiting is alive.
 		done := make(chan error, 1)
@@ -249,27 +296,54 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// joined is the answer to /join.
+type joined struct {
+	Worker   int64  `json:"worker"`
+	Instance string `json:"instance"`
+	LeaseMS  int64  `json:"lease_ms"`
+}
+
 // Claim is the coordinator's answer to a claim: the shard the worker now
-// holds (of Shards), or -1 if none is free; Wait then tells that other
-// live workers hold shards not yet done (one may leave).
+// holds (of Shards, to be read Passes times over), or -1 if none is free;
+// Wait then tells that other live workers hold shards not yet done (one
+// may leave).
 type Claim struct {
 	Shard  int  `json:"shard"`
 	Shards int  `json:"shards"`
+	Passes int  `json:"passes"`
 	Wait   bool `json:"wait,omitempty"`
 }
 
-// claim gives worker id the first shard that is neither done nor held by
-// a live worker, releasing the one it held.
-func (c *Coordinator) claim(ctx context.Context, id int64) (shard int, wait bool, err error) {
+// ErrHeld means a claimed shard is held by another live worker (which may
+// have died: its lease has not run out yet).
+var ErrHeld = errors.New("held by another live worker")
+
+// claim gives worker id shard want (-1: the first shard that is neither
+// done nor held by a live worker), releasing the one it held.
+func (c *Coordinator) claim(ctx context.Context, id int64, want int) (shard int, wait bool, err error) {
 	if c.Shards <= 0 {
 		return -1, false, errors.New("this coordinator hands out no shards (start it with the number of shards)")
 	}
+	if want >= c.Shards {
+		return -1, false, fmt.Errorf("shard %d: the coordinator's input has %d shards (0 to %d)", want, c.Shards, c.Shards-1)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if want >= 0 {
+		if holder, ok := c.claims[want]; ok && holder != id {
+			if _, live := c.workers[holder]; live {
+				return -1, false, fmt.Errorf("shard %d: %w (worker %d)", want, ErrHeld, holder)
+			}
+		}
+	}
 	for k, holder := range c.claims {
 		if holder == id {
 			delete(c.claims, k)
 		}
+	}
+	if want >= 0 {
+		c.claims[want] = id
+		return want, false, nil
 	}
 	for k := range c.Shards {
 		done, err := c.State.Pull(ctx, doneKey(k))
@@ -317,10 +391,13 @@ func decodeTensor(b []byte) (Tensor, error) {
 
 // RemoteState is a worker's State on a coordinator.
 type RemoteState struct {
-	base   string
-	token  string
-	client *http.Client
-	worker int64
+	base     string
+	token    string
+	client   *http.Client
+	worker   int64
+	instance string
+	lease    time.Duration
+	stop     context.CancelFunc // ends the heartbeat
 
 	// Traffic counts the bytes of tensors pulled and pushed.
 	mu             sync.Mutex
@@ -329,30 +406,60 @@ type RemoteState struct {
 }
 
 // Join joins the coordinator at base (e.g. http://head:7071) as a new
-// worker.
+// worker. Until ctx ends, Leave or Close, it sends a heartbeat every third
+// of the coordinator's lease, so that the worker stays a member while a
+// batch takes long to read.
 func Join(ctx context.Context, base, token string) (*RemoteState, error) {
 	r := &RemoteState{base: base, token: token, client: &http.Client{}}
-	var out struct {
-		Worker int64 `json:"worker"`
-	}
+	var out joined
 	body, err := r.call(ctx, "/join", nil)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(body, &out); err != nil || out.Worker <= 0 {
+	if err := json.Unmarshal(body, &out); err != nil || out.Worker <= 0 || out.Instance == "" || out.LeaseMS <= 0 {
 		return nil, fmt.Errorf("joining %s: unreadable answer %q", base, body)
 	}
-	r.worker = out.Worker
+	r.worker, r.instance, r.lease = out.Worker, out.Instance, time.Duration(out.LeaseMS)*time.Millisecond
+	hctx, stop := context.WithCancel(ctx)
+	r.stop = stop
+	go r.heartbeat(hctx, time.Duration(out.LeaseMS)*time.Millisecond/3)
 	return r, nil
+}
+
+func (r *RemoteState) heartbeat(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(max(every, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := r.call(ctx, r.op("renew", ""), nil); errors.Is(err, ErrNotMember) {
+				return // the worker's next call learns it
+			}
+		}
+	}
 }
 
 // Worker is this worker's ID.
 func (r *RemoteState) Worker() int64 { return r.worker }
 
-// Leave leaves the membership.
+// Lease is how long the coordinator keeps a silent worker.
+func (r *RemoteState) Lease() time.Duration { return r.lease }
+
+// Leave leaves the membership (and ends the heartbeat).
 func (r *RemoteState) Leave(ctx context.Context) error {
-	_, err := r.call(ctx, "/leave?worker="+strconv.FormatInt(r.worker, 10), nil)
+	r.Close()
+	_, err := r.call(ctx, r.op("leave", ""), nil)
 	return err
+}
+
+// Close ends the heartbeat without leaving: the coordinator drops the
+// worker when its lease runs out.
+func (r *RemoteState) Close() {
+	if r.stop != nil {
+		r.stop()
+	}
 }
 
 // Traffic returns the tensor bytes and calls pulled and pushed so far.
@@ -363,8 +470,12 @@ func (r *RemoteState) Traffic() (pulledBytes, pushedBytes, pulls, pushes int64) 
 }
 
 // ErrNotMember means the coordinator dropped this worker (its lease ran
-// out); it must join again.
+// out, or the coordinator restarted); it must join again.
 var ErrNotMember = errors.New("not a member of the coordinator any more")
+
+// ErrUnreachable wraps the failures to reach the coordinator at all (it is
+// down or restarting), as opposed to its answers.
+var ErrUnreachable = errors.New("the coordinator cannot be reached")
 
 func (r *RemoteState) call(ctx context.Context, path string, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, bytes.NewReader(body))
@@ -376,16 +487,21 @@ func (r *RemoteState) call(ctx context.Context, path string, body []byte) ([]byt
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return nil, err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusGone:
 		return nil, fmt.Errorf("%w: %s", ErrNotMember, bytes.TrimSpace(out))
+	case resp.StatusCode == http.StatusConflict && strings.HasPrefix(path, "/claim"):
+		return nil, fmt.Errorf("%w: %s", ErrHeld, bytes.TrimSpace(out))
 	case resp.StatusCode >= 300:
 		return nil, fmt.Errorf("%s: %s: %s", path, resp.Status, bytes.TrimSpace(out))
 	case resp.StatusCode == http.StatusNoContent:
@@ -395,7 +511,11 @@ func (r *RemoteState) call(ctx context.Context, path string, body []byte) ([]byt
 }
 
 func (r *RemoteState) op(name, key string) string {
-	return "/" + name + "?worker=" + strconv.FormatInt(r.worker, 10) + "&key=" + url.QueryEscape(key)
+	p := "/" + name + "?worker=" + strconv.FormatInt(r.worker, 10) + "&instance=" + url.QueryEscape(r.instance)
+	if key != "" {
+		p += "&key=" + url.QueryEscape(key)
+	}
+	return p
 }
 
 // Pull implements State.
@@ -426,18 +546,27 @@ func (r *RemoteState) Push(ctx context.Context, key string, delta Tensor) error 
 
 // Barrier implements State.
 func (r *RemoteState) Barrier(ctx context.Context) error {
-	_, err := r.call(ctx, "/barrier?worker="+strconv.FormatInt(r.worker, 10), nil)
+	_, err := r.call(ctx, r.op("barrier", ""), nil)
 	return err
 }
 
 // Claim asks the coordinator for a shard to read (see Coordinator.Shards).
 func (r *RemoteState) Claim(ctx context.Context) (Claim, error) {
-	b, err := r.call(ctx, "/claim?worker="+strconv.FormatInt(r.worker, 10), nil)
+	return r.claim(ctx, r.op("claim", ""))
+}
+
+// ClaimShard claims shard k; it fails if another live worker holds it.
+func (r *RemoteState) ClaimShard(ctx context.Context, k int) (Claim, error) {
+	return r.claim(ctx, r.op("claim", "")+"&shard="+strconv.Itoa(k))
+}
+
+func (r *RemoteState) claim(ctx context.Context, path string) (Claim, error) {
+	b, err := r.call(ctx, path, nil)
 	if err != nil {
 		return Claim{}, err
 	}
 	var c Claim
-	if err := json.Unmarshal(b, &c); err != nil || c.Shards <= 0 || c.Shard < -1 || c.Shard >= c.Shards {
+	if err := json.Unmarshal(b, &c); err != nil || c.Shards <= 0 || c.Passes <= 0 || c.Shard < -1 || c.Shard >= c.Shards {
 		return Claim{}, fmt.Errorf("claim: unreadable answer %q", b)
 	}
 	return c, nil
@@ -447,10 +576,11 @@ func (r *RemoteState) Claim(ctx context.Context) (Claim, error) {
 type ShardOpener func(ctx context.Context, shard, shards int, pos int64) (Source, error)
 
 // Work claims shards from the coordinator one at a time and runs alg over
-// each (RunShardPasses, passes times over), until every shard is done.
-// While other live workers hold the shards left it waits, polling every
-// poll, so that it takes over the shard of one that leaves or dies.
-func (r *RemoteState) Work(ctx context.Context, alg Algorithm, passes int, poll time.Duration, open ShardOpener) error {
+// each (RunShardPasses, as many passes as the coordinator says), until
+// every shard is done. While other live workers hold the shards left it
+// waits, polling every poll, so that it takes over the shard of one that
+// leaves or dies.
+func (r *RemoteState) Work(ctx context.Context, alg Algorithm, poll time.Duration, open ShardOpener) error {
 	for {
 		c, err := r.Claim(ctx)
 		if err != nil {
@@ -468,7 +598,7 @@ func (r *RemoteState) Work(ctx context.Context, alg Algorithm, passes int, poll 
 			continue
 		}
 		n := c.Shards
-		err = RunShardPasses(ctx, alg, r, c.Shard, passes, func(ctx context.Context, k int, pos int64) (Source, error) {
+		err = RunShardPasses(ctx, alg, r, c.Shard, c.Passes, func(ctx context.Context, k int, pos int64) (Source, error) {
 			return open(ctx, k, n, pos)
 		})
 		if err != nil {

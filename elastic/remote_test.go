@@ -261,7 +261,7 @@ func TestWorkersClaimShards(t *testing.T) {
 			errs <- err
 			return
 		}
-		err = w.Work(ctx, Median{}, 1, 20*time.Millisecond, open(w, die))
+		err = w.Work(ctx, Median{}, 20*time.Millisecond, open(w, die))
 		if err != nil && !errors.Is(err, context.Canceled) {
 			errs <- err
 		}
@@ -335,6 +335,7 @@ func TestRemoteBarrierFollowsMembership(t *testing.T) {
 		}
 		ws = append(ws, w)
 	}
+	ws[2].Close() // killed: no heartbeat, no leave
 	done := make(chan error, 2)
 	start := time.Now()
 	for _, w := range ws[:2] {

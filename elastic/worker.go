@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"time"
 )
@@ -21,6 +22,39 @@ func posKey(shard int) string  { return "shard/" + strconv.Itoa(shard) + "/pos" 
 func doneKey(shard int) string { return "shard/" + strconv.Itoa(shard) + "/done" }
 
 const posLen = 3
+
+// layoutKey holds [shards, passes]: the split of the job the state belongs
+// to, which gives its positions their meaning.
+const layoutKey = "shard/layout"
+
+// CheckLayout records in st that the job reads its input in shards shards,
+// passes times over; if st records a layout already (a restored
+// checkpoint), it checks that it is this one: positions in shards of
+// another split would skip or repeat rows.
+func CheckLayout(ctx context.Context, st State, shards, passes int) error {
+	have, err := st.Pull(ctx, layoutKey)
+	if err != nil {
+		return err
+	}
+	if have == nil {
+		return st.Push(ctx, layoutKey, Tensor{float64(shards), float64(passes)})
+	}
+	if len(have) != 2 || int(have[0]) != shards || int(have[1]) != passes {
+		return fmt.Errorf("%w: the state is of a job of %v shards and %v passes; this one has %d and %d", ErrLayout, at(have, 0), at(have, 1), shards, passes)
+	}
+	return nil
+}
+
+// ErrLayout means a checkpoint is resumed with another number of shards or
+// passes than it was made with.
+var ErrLayout = errors.New("the checkpoint was made with another split of the input")
+
+func at(t Tensor, i int) float64 {
+	if i < len(t) {
+		return t[i]
+	}
+	return math.NaN()
+}
 
 // Opener opens shard k of an input at row pos (the rows before it were
 // consumed already). A source that cannot start past its beginning (a

@@ -8,10 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -208,8 +206,28 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if workers < 1 {
 				return usageError{errors.New("--workers must be at least 1")}
 			}
+			if shards < 1 {
+				return usageError{errors.New("--shards must be at least 1")}
+			}
 			if epochs < 1 {
 				return usageError{errors.New("--epochs must be at least 1")}
+			}
+			if every <= 0 || lease <= 0 {
+				return usageError{errors.New("--checkpoint-every and --lease must be positive durations")}
+			}
+			gang, err := gangFromEnv()
+			if err != nil {
+				return err
+			}
+			multi := join != "" || serve != "" || gang.WorldSize > 1
+			if sample > 0 && multi {
+				return usageError{errors.New("--sample estimates in one process: without --serve, --join or a gang (WORLD_SIZE)")}
+			}
+			if join != "" && (modelOut != "" || ckptDir != "" || base != "") {
+				return usageError{errors.New("--model, --checkpoint and --base belong to the coordinator (--serve), not to a worker (--join)")}
+			}
+			if join != "" && cmd.Flags().Changed("epochs") {
+				return usageError{errors.New("--epochs belongs to the coordinator (--serve --epochs N): its workers read as many passes as it says")}
 			}
 			if epochs > 1 && (in == "-" || input.IsNetwork(in)) {
 				return usageError{fmt.Errorf("--epochs %d: %s is a stream read once; several passes need a file", epochs, in)}
@@ -235,30 +253,32 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			if join != "" {
-				return runWorker(ctx, g, alg, join, in, opts, shard, shards, epochs)
+				if !cmd.Flags().Changed("shards") {
+					shards = 0 // the coordinator's
+				}
+				return runWorker(ctx, g, alg, join, in, opts, shard, shards)
 			}
 			var baseState map[string]elastic.Tensor
-			if base != "" {
+			if base != "" && gang.Rank == 0 {
 				if baseState, err = readState(base); err != nil {
-					return err
+					return fmt.Errorf("--base: %w", err)
 				}
 			}
 			if serve != "" {
-				c := &coordinator{addr: serve, shards: shards, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState}
+				c := &coordinator{addr: serve, shards: shards, passes: epochs, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState}
 				return c.run(ctx, g, b, alg, save)
 			}
-			if gang, err := gangFromEnv(); err != nil {
-				return err
-			} else if gang.WorldSize > 1 {
+			if gang.WorldSize > 1 {
 				// A trial of several processes (resources.nodes /
 				// processes_per_node): rank 0 is the coordinator and a
 				// worker, the others workers; they share 4 shards each.
 				n := max(shards, 4*gang.WorldSize)
 				url := "http://" + net.JoinHostPort(gang.MasterAddr, strconv.Itoa(gang.MasterPort))
 				if gang.Rank > 0 {
-					return runWorker(ctx, g, alg, url, in, opts, -1, n, epochs)
+					return runWorker(ctx, g, alg, url, in, opts, -1, 0)
 				}
-				c := &coordinator{addr: ":" + strconv.Itoa(gang.MasterPort), shards: n, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState}
+				c := &coordinator{addr: ":" + strconv.Itoa(gang.MasterPort), shards: n, passes: epochs, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState,
+					expect: gang.WorldSize}
 				if t.Managed() {
 					c.ckptDir = t.CheckpointDir()
 					c.report = func(ctx context.Context, step int64, metrics map[string]float64) error {
@@ -266,7 +286,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 						return err
 					}
 				}
-				return runGangLeader(ctx, g, c, b, alg, save, in, opts, epochs)
+				return runGangLeader(ctx, g, c, b, alg, save, in, opts)
 			}
 			passes := epochs
 			if sample > 0 {
@@ -361,6 +381,13 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			return nil
 		},
 	}
+	run := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := run(cmd, args); err != nil {
+			return notTheServer{err}
+		}
+		return nil
+	}
 	f := cmd.Flags()
 	f.StringVar(&in, "input", "", "the input: a file, '-' for standard input, tcp://host:port, or an http(s) URL")
 	f.StringVar(&format, "format", "", "csv, jsonl or libsvm (default: by the file's suffix)")
@@ -384,6 +411,12 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 	f.Float64Var(&price, "price", 0, "with --sample: USD per worker-hour, to print the whole input's cost")
 	return cmd
 }
+
+// notTheServer marks errors of commands that do not talk to the Virga
+// server (a refused connection is an input's or a coordinator's).
+type notTheServer struct{ error }
+
+func (e notTheServer) Unwrap() error { return e.error }
 
 // algoParams merges --param name=value with the trial's numeric
 // hyperparameters (flags win).
@@ -416,29 +449,21 @@ func algoParams(flags []string, hp map[string]any) (map[string]float64, error) {
 	return ps, nil
 }
 
-// readState reads a finished run's state: a checkpoint directory or its
-// state.json.
-func readState(path string) (map[string]elastic.Tensor, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, elastic.StateFile)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--base: %w", err)
-	}
-	var f struct {
-		Tensors map[string]elastic.Tensor `json:"tensors"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("--base %s: %w", path, err)
-	}
-	return f.Tensors, nil
-}
+// readState reads a state: a checkpoint directory or its state.json.
+func readState(path string) (map[string]elastic.Tensor, error) { return elastic.ReadState(path) }
 
 // limited ends a shard after a number of rows (for --sample).
 type limited struct {
 	elastic.Source
 	left int64
+}
+
+// Close closes the shard's source.
+func (l *limited) Close() error {
+	if c, ok := l.Source.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 func (l *limited) Next(ctx context.Context) (*elastic.Batch, error) {
@@ -482,12 +507,14 @@ func countRows(uri string, opts input.Options) (int64, error) {
 	}
 }
 
-// runWorker is one worker process: it joins the coordinator and reads its
-// shard, starting where the state says the shard was read to; when the
-// coordinator cannot be reached (it restarts) it joins again, for up to a
-// minute.
-func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in string, opts input.Options, shard, shards, epochs int) error {
-	if shard < -1 || shard >= shards {
+// runWorker is one worker process: it joins the coordinator and reads the
+// shards it hands out (shard < 0) or shard shard of shards (shards 0: as
+// many as the coordinator has), starting where the state says each was
+// read to, as many passes as the coordinator says. When the coordinator
+// cannot be reached or has dropped it (it restarts) it joins again, for up
+// to a minute after it last reached it; other errors end it.
+func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in string, opts input.Options, shard, shards int) error {
+	if shard < -1 || (shards > 0 && shard >= shards) {
 		return usageError{fmt.Errorf("--shard %d: want 0 to %d (or none: the coordinator hands shards out)", shard, shards-1)}
 	}
 	var read []int // the shards this worker opened
@@ -507,27 +534,28 @@ func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in s
 	for time.Now().Before(deadline) {
 		w, err := elastic.Join(ctx, url, token)
 		if err == nil {
+			deadline = time.Now().Add(time.Minute) // it was reached: a minute from now
 			if shard >= 0 {
-				err = elastic.RunShardPasses(ctx, alg, w, shard, epochs, func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
-					return open(ctx, k, shards, pos)
-				})
+				err = runBound(ctx, alg, w, shard, shards, open)
 			} else {
-				err = w.Work(ctx, alg, epochs, 200*time.Millisecond, open)
+				err = w.Work(ctx, alg, 200*time.Millisecond, open)
 			}
 			if err == nil {
 				_ = w.Leave(ctx)
 				fmt.Fprintf(g.stderr, "virga algo: worker %d: done; read shards %v\n", w.Worker(), read)
 				return nil
 			}
-			deadline = time.Now().Add(time.Minute) // it was reached: a minute from now
+			w.Close()
 		}
 		if ctx.Err() != nil {
 			return exitError{code: trial.StoppedExitCode}
 		}
 		// Only the coordinator being away (restarting) is worth waiting
 		// for; the input's or the algorithm's errors are not.
-		var unreachable *neturl.Error
-		if !errors.Is(err, elastic.ErrNotMember) && !errors.As(err, &unreachable) {
+		if !errors.Is(err, elastic.ErrNotMember) && !errors.Is(err, elastic.ErrUnreachable) {
+			if w != nil {
+				_ = w.Leave(context.WithoutCancel(ctx)) // its shard goes to another now
+			}
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if last == nil || err.Error() != last.Error() {
@@ -539,10 +567,38 @@ func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in s
 	return fmt.Errorf("%s: the coordinator at %s: %w", what, url, last)
 }
 
+// runBound reads one given shard: it claims it (no other worker may read
+// it meanwhile) and checks that the coordinator splits the input as this
+// worker was told.
+func runBound(ctx context.Context, alg elastic.Algorithm, w *elastic.RemoteState, shard, shards int, open elastic.ShardOpener) error {
+	// A worker that held the shard and died holds it until its lease
+	// runs out: wait that long (twice, for slack), no longer.
+	c, err := w.ClaimShard(ctx, shard)
+	for end := time.Now().Add(2 * w.Lease()); errors.Is(err, elastic.ErrHeld) && time.Now().Before(end); {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		c, err = w.ClaimShard(ctx, shard)
+	}
+	if err != nil {
+		return err
+	}
+	if shards > 0 && c.Shards != shards {
+		return fmt.Errorf("--shards %d: the coordinator splits the input into %d shards", shards, c.Shards)
+	}
+	return elastic.RunShardPasses(ctx, alg, w, shard, c.Passes, func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
+		return open(ctx, k, c.Shards, pos)
+	})
+}
+
 // coordinator is a run of `virga algo --serve` (or rank 0 of a gang).
 type coordinator struct {
 	addr     string // to listen on
 	shards   int
+	passes   int
+	expect   int // the workers to wait for at the end (a gang's size)
 	lease    time.Duration
 	ckptDir  string // the state is checkpointed here and resumed from
 	every    time.Duration
@@ -562,7 +618,7 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 	st := elastic.NewMemState(0)
 	resumed := false
 	if c.ckptDir != "" {
-		if snap, err := readState(c.ckptDir); err == nil {
+		if snap, err := elastic.ReadState(c.ckptDir); err == nil {
 			st.Restore(snap)
 			resumed = true
 			fmt.Fprintf(g.stderr, "virga algo: resuming from the checkpoint in %s: %d rows read\n", c.ckptDir, elastic.Rows(snap))
@@ -583,9 +639,12 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 			return err
 		}
 	}
+	if err := elastic.CheckLayout(ctx, st, c.shards, max(c.passes, 1)); err != nil {
+		return fmt.Errorf("%s: %w (start the coordinator with the --shards and --epochs it had, or remove the checkpoint)", c.ckptDir, err)
+	}
 	coord := elastic.NewCoordinator(st)
 	coord.Token = os.Getenv("VIRGA_ALGO_TOKEN")
-	coord.Shards = c.shards
+	coord.Shards, coord.Passes = c.shards, max(c.passes, 1)
 	coord.Lease = c.lease
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
@@ -607,7 +666,7 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 			return nil
 		}
 		snap := st.Snapshot()
-		if err := writeState(c.ckptDir, snap); err != nil {
+		if err := elastic.WriteState(c.ckptDir, snap); err != nil {
 			return err
 		}
 		if c.report == nil {
@@ -655,8 +714,11 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 			// Workers waiting for a shard learn that none is left at
 			// their next claim and leave; serve them that long (at most a
 			// lease), so that they end instead of looking for a coordinator
-			// that is gone.
-			for end := time.Now().Add(coord.Lease); coord.Members() > 0 && time.Now().Before(end); {
+			// that is gone. A gang's coordinator also waits (at most a
+			// minute) for every rank to have come and gone: a rank that
+			// starts late must find it to learn that all is read.
+			end, gangEnd := time.Now().Add(c.lease), time.Now().Add(time.Minute)
+			for (coord.Members() > 0 && time.Now().Before(end)) || (coord.Left() < c.expect && time.Now().Before(gangEnd)) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			if g.json {
@@ -677,7 +739,7 @@ func writeStateIf(dir string, st *elastic.MemState) error {
 	if dir == "" {
 		return nil
 	}
-	return writeState(dir, st.Snapshot())
+	return elastic.WriteState(dir, st.Snapshot())
 }
 
 // finalMetrics are a finished run's metrics for the trial: the model's
@@ -695,22 +757,6 @@ func finalMetrics(m elastic.Model, saved *elastic.SavedModel, rows int64) map[st
 	}
 	metrics["rows"] = float64(rows)
 	return metrics
-}
-
-// writeState writes a state snapshot as DIR/state.json atomically.
-func writeState(dir string, snap map[string]elastic.Tensor) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.Marshal(map[string]any{"tensors": snap})
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, ".state.tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, elastic.StateFile))
 }
 
 // inputWidth is the number of feature columns of an input's first row.
@@ -773,7 +819,7 @@ func gangFromEnv() (gangEnv, error) {
 
 // runGangLeader is rank 0 of a gang: the coordinator, and a worker on it.
 // Either failing stops the other.
-func runGangLeader(ctx context.Context, g *globals, c *coordinator, b builtin, alg elastic.Algorithm, save saver, in string, opts input.Options, epochs int) error {
+func runGangLeader(ctx context.Context, g *globals, c *coordinator, b builtin, alg elastic.Algorithm, save saver, in string, opts input.Options) error {
 	listening := make(chan string, 1)
 	c.listening = listening
 	cctx, stopCoordinator := context.WithCancel(ctx)
@@ -790,7 +836,7 @@ func runGangLeader(ctx context.Context, g *globals, c *coordinator, b builtin, a
 	wctx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()
 	werr := make(chan error, 1)
-	go func() { werr <- runWorker(wctx, g, alg, "http://127.0.0.1:"+port, in, opts, -1, c.shards, epochs) }()
+	go func() { werr <- runWorker(wctx, g, alg, "http://127.0.0.1:"+port, in, opts, -1, 0) }()
 	select {
 	case err := <-werr:
 		if err != nil && ctx.Err() == nil {

@@ -101,9 +101,9 @@ func TestAlgoLearnersOnWorkerProcesses(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			common := append([]string{"algo", c.name}, c.params...)
-			common = append(common, "--epochs", strconv.Itoa(c.epochs))
+			epochs := []string{"--epochs", strconv.Itoa(c.epochs)} // the coordinator's
 			ref := filepath.Join(dir, "ref.json")
-			args := append(append([]string(nil), common...), "--input", train, "--label", "last", "--workers", "2", "--batch", "10", "--model", ref)
+			args := append(append(append([]string(nil), common...), epochs...), "--input", train, "--label", "last", "--workers", "2", "--batch", "10", "--model", ref)
 			if b, err := exec.Command(virgaBin, args...).CombinedOutput(); err != nil {
 				t.Fatalf("virga %v: %v\n%s", args, err, b)
 			}
@@ -111,7 +111,7 @@ func TestAlgoLearnersOnWorkerProcesses(t *testing.T) {
 			url := "http://127.0.0.1:" + strconv.Itoa(port)
 			ckpt, model := filepath.Join(dir, "ckpt"), filepath.Join(dir, "model.json")
 			coordinator := func() *exec.Cmd {
-				args := append(append([]string(nil), common...), "--param", "features=64", "--serve", "127.0.0.1:"+strconv.Itoa(port), "--shards", "2",
+				args := append(append(append([]string(nil), common...), epochs...), "--param", "features=64", "--serve", "127.0.0.1:"+strconv.Itoa(port), "--shards", "2",
 					"--checkpoint", ckpt, "--checkpoint-every", "10ms", "--model", model)
 				cmd := exec.Command(virgaBin, args...)
 				cmd.Stderr = os.Stderr
@@ -384,5 +384,51 @@ func TestAlgoSplits(t *testing.T) {
 	b, err := exec.Command(virgaBin, "algo", "moments", "--input", digits, "--split", "ranges").CombinedOutput()
 	if err == nil || !strings.Contains(string(b), "digits.csv.gz") || !strings.Contains(string(b), "byte ranges") {
 		t.Errorf("--split ranges on a gzip file: %v\n%s; want an error naming the file", err, b)
+	}
+}
+
+// TestAlgoWorkerErrors: flags that belong to the coordinator are refused on
+// a worker, estimates and zero intervals on a coordinator; a worker whose
+// input fails (an http input that refuses) ends at once with that error
+// instead of waiting for the coordinator; a worker told another number of
+// shards than the coordinator's is refused.
+func TestAlgoWorkerErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--join", "http://127.0.0.1:1", "--input", digits, "--epochs", "2"}, "--epochs belongs to the coordinator"},
+		{[]string{"--join", "http://127.0.0.1:1", "--input", digits, "--model", "m.json"}, "belong to the coordinator"},
+		{[]string{"--serve", "127.0.0.1:0", "--sample", "100"}, "--sample estimates in one process"},
+		{[]string{"--serve", "127.0.0.1:0", "--checkpoint-every", "0s"}, "must be positive"},
+	} {
+		b, err := exec.Command(virgaBin, append([]string{"algo", "median"}, c.args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(b), c.want) {
+			t.Errorf("virga algo median %v: %v\n%s; want an error saying %q", c.args, err, b, c.want)
+		}
+	}
+	port := freePort(t)
+	coord := exec.Command(virgaBin, "algo", "median", "--serve", "127.0.0.1:"+strconv.Itoa(port), "--shards", "2")
+	if err := coord.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = coord.Process.Kill(); _ = coord.Wait() }()
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--input", "http://127.0.0.1:1/values.csv", "--param", "features=1"}, "127.0.0.1:1"},
+		{[]string{"--input", digits, "--shard", "0", "--shards", "3"}, "the coordinator splits the input into 2 shards"},
+	} {
+		start := time.Now()
+		cmd := exec.Command(virgaBin, append([]string{"algo", "median", "--join", url}, c.args...)...)
+		b, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(b), c.want) {
+			t.Errorf("worker %v: %v\n%s; want an error naming %q", c.args, err, b, c.want)
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("worker %v took %v to fail; want at once", c.args, took)
+		}
 	}
 }

@@ -89,7 +89,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return ee.code
 	}
 	msg := err.Error()
-	if errors.Is(err, syscall.ECONNREFUSED) {
+	var local notTheServer
+	if errors.Is(err, syscall.ECONNREFUSED) && !errors.As(err, &local) {
 		msg += "\n  is `virga server` running? (VIRGA_SERVER / --server)"
 	}
 	fmt.Fprintln(stderr, "virga:", msg)
