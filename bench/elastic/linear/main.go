@@ -47,7 +47,7 @@ func main() {
 		lr, l2  []float64
 		skModel int
 	}{
-		{"grid 4x4 = 16 models", []float64{0.5, 0.1, 0.02, 0.005}, []float64{0, 1e-5, 1e-4, 1e-3}, 16},
+		{"grid 4x4 = 16 models", nil, nil, 16}, // the default grid (Config's zero values), what users run
 		{"1 model", []float64{0.1}, []float64{0}, 1},
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
@@ -166,7 +166,7 @@ func remote(l *linear.Learner, x, y []float64, cols, workers, batch int) (sec, b
 		}
 		states[i] = w
 		go func() {
-			errs <- w.Work(ctx, l, 1, 10*time.Millisecond, func(ctx context.Context, k, n int, pos int64) (elastic.Source, error) {
+			errs <- w.Work(ctx, l, 10*time.Millisecond, func(ctx context.Context, k, n int, pos int64) (elastic.Source, error) {
 				return elastic.SliceOpener(x, y, cols, n, batch)(ctx, k, pos)
 			})
 		}()

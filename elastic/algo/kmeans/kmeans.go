@@ -7,8 +7,18 @@
 // ever assigned to it (mini-batch k-means with a per-centre learning rate
 // of 1/count). Empty centres are seeded from the batch by D² sampling.
 // Finalize reduces the K' centres, weighted by their counts, to K with
-// k-means++ seeding and weighted Lloyd iterations (best of several
-// restarts).
+// k-means++ seeding and weighted Lloyd iterations, best of Restarts runs
+// (50 by default).
+//
+// The reduction runs on one core over the K' streamed centres only, so
+// restarts are cheap next to the stream: 50 take 27 ms for K = 12 and 20
+// features (streaming 100 000 rows took 0.5 s), 4.8 s for K = 100 and 50
+// features, 17 s for K = 100 and 200 features. And they are needed: on 12
+// blobs of unequal sizes (100 000 rows of 20 features) k-means++ and Lloyd
+// from one seeding reach the best clustering about one time in five; with
+// 10 restarts 4 runs of 32 (seeds 1 to 16, on one worker and on two) ended
+// above the best, by up to 2.4% in inertia, with 20 one did, with 30 or
+// more none did.
 //
 // Given a seed the result is deterministic on one worker; on several, the
 // order in which pushes land varies and so, within the algorithm's own
@@ -37,6 +47,10 @@ const (
 	keyClaims = "kmeans.claims" // [K'] claims of the empty centres (see Update)
 )
 
+// defaultRestarts is KMeans.Restarts's default (see the package
+// documentation).
+const defaultRestarts = 50
+
 // KMeans is the streaming k-means algorithm; it implements
 // elastic.Algorithm. Its methods are safe for concurrent use by several
 // workers.
@@ -44,7 +58,7 @@ type KMeans struct {
 	K        int    // number of clusters of the model (required)
 	Factor   int    // K' = Factor*K centres kept while streaming; 0 means 20
 	Seed     uint64 // seed of every random choice
-	Restarts int    // k-means++ restarts of the final reduction; 0 means 10
+	Restarts int    // k-means++ restarts of the final reduction; 0 means 50
 	MaxIter  int    // Lloyd iterations per restart; 0 means 300
 }
 
@@ -332,7 +346,7 @@ func (a *KMeans) Finalize(ctx context.Context, s elastic.State) (elastic.Model, 
 	}
 	restarts, iters := a.Restarts, a.MaxIter
 	if restarts <= 0 {
-		restarts = 10
+		restarts = defaultRestarts
 	}
 	if iters <= 0 {
 		iters = 300

@@ -58,6 +58,22 @@
 // that diverges (NaN or infinite validation loss) is not kept while another
 // has a finite loss.
 //
+// The default learning rates are 2.5, 0.5, 0.1 and 0.02, a factor of 5
+// apart. The top of the grid decides on a long stream, where the decay
+// leaves a small rate short of the optimum at the end of the pass: on
+// softmax regression over 5 classes, a grid topped by 0.5 kept 0.5 and
+// ended 1.0% above scikit-learn's LogisticRegression in test log loss
+// after 1 000 000 rows of 30 features, 2.3% after 500 000 and 9% after
+// 150 000 rows of 10; 2.5 comes within 0.4%, 0.6% and 0.6% (binary
+// classes at 93% accuracy, 500 000 rows: 9% above, now 1.1%). A higher top
+// is not better: progressive validation favours a large rate whose last
+// weights are noisier, and a top of 4 or 8 was kept on that binary stream
+// and ended 2.4% and 11% above. The bottom of the grid is for regression
+// on strongly correlated features, where a large rate diverges: on 100 000
+// rows of 100 such features every model of a grid whose smallest rate is
+// 0.1 diverged (test mean squared error above 10^8), and the default grid
+// keeps 0.02.
+//
 // # Passes, checkpoints, incremental training
 //
 // One pass over a large stream suffices (200 000 rows reach the generating
@@ -77,6 +93,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -101,13 +118,19 @@ const Algorithm = "linear-learner"
 // Key is the state key of the learner's one tensor.
 const Key = "linear"
 
+// The default grid (see Step size in the package documentation).
+var (
+	defaultLearningRates = []float64{2.5, 0.5, 0.1, 0.02}
+	defaultL2            = []float64{0, 1e-5, 1e-4, 1e-3}
+)
+
 // Config sets up a Learner. Zero values take the defaults.
 type Config struct {
 	Predictor Predictor
 	Features  int // D, the number of feature columns
 	Classes   int // K, for Multiclass (at least 2)
 
-	LearningRates []float64 // default 0.5, 0.1, 0.02, 0.005
+	LearningRates []float64 // default 2.5, 0.5, 0.1, 0.02
 	L2            []float64 // default 0, 1e-5, 1e-4, 1e-3
 
 	// ValidationFraction of the rows (by hash) is held out; default 0.1.
@@ -155,10 +178,10 @@ func New(cfg Config) (*Learner, error) {
 		return nil, fmt.Errorf("linear: unknown predictor %q", cfg.Predictor)
 	}
 	if len(cfg.LearningRates) == 0 {
-		cfg.LearningRates = []float64{0.5, 0.1, 0.02, 0.005}
+		cfg.LearningRates = slices.Clone(defaultLearningRates)
 	}
 	if len(cfg.L2) == 0 {
-		cfg.L2 = []float64{0, 1e-5, 1e-4, 1e-3}
+		cfg.L2 = slices.Clone(defaultL2)
 	}
 	for _, v := range cfg.LearningRates {
 		if !(v > 0) || math.IsInf(v, 0) {
