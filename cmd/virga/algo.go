@@ -220,6 +220,9 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				return err
 			}
 			multi := join != "" || serve != "" || gang.WorldSize > 1
+			if workers > 1 && multi {
+				return usageError{errors.New("--workers splits the input among goroutines of one process; with --serve, --join or a gang the processes are the workers (--shards sets the split)")}
+			}
 			if sample > 0 && multi {
 				return usageError{errors.New("--sample estimates in one process: without --serve, --join or a gang (WORLD_SIZE)")}
 			}
