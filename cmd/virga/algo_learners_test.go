@@ -227,17 +227,8 @@ seed: 3
 // joins; the job ends with the median within 1% and every row read.
 func TestAlgoWorkersComeAndGo(t *testing.T) {
 	dir := t.TempDir()
-	data := filepath.Join(dir, "values.csv")
 	const n = 600_000
-	x, exact := medianInput(n)
-	var sb strings.Builder
-	for _, v := range x {
-		sb.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
-		sb.WriteByte('\n')
-	}
-	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	data, exact := writeMedianInput(t, dir, n)
 	port := freePort(t)
 	ckpt, model := filepath.Join(dir, "ckpt"), filepath.Join(dir, "model.json")
 	coord := exec.Command(virgaBin, "algo", "median", "--serve", "127.0.0.1:"+strconv.Itoa(port), "--shards", "6", "--lease", "1s",

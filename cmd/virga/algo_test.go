@@ -145,23 +145,31 @@ func medianInput(n int) ([]float64, float64) {
 	return x, (s[n/2-1] + s[n/2]) / 2
 }
 
-// TestAlgoWorkerProcesses: a coordinator process and two worker processes
-// (virga algo --serve / --join); one worker is killed (SIGKILL) mid-run and
-// started again, then the coordinator is killed and started again from its
-// checkpoint: the job ends with the median within 1%, every row read.
-func TestAlgoWorkerProcesses(t *testing.T) {
-	dir := t.TempDir()
-	data := filepath.Join(dir, "values.csv")
-	const n = 600_000
+// writeMedianInput writes medianInput(n) to DIR/values.csv, one value a
+// line, and returns the file and the exact median.
+func writeMedianInput(t *testing.T, dir string, n int) (string, float64) {
+	t.Helper()
 	x, exact := medianInput(n)
 	var sb strings.Builder
 	for _, v := range x {
 		sb.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
 		sb.WriteByte('\n')
 	}
+	data := filepath.Join(dir, "values.csv")
 	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return data, exact
+}
+
+// TestAlgoWorkerProcesses: a coordinator process and two worker processes
+// (virga algo --serve / --join); one worker is killed (SIGKILL) mid-run and
+// started again, then the coordinator is killed and started again from its
+// checkpoint: the job ends with the median within 1%, every row read.
+func TestAlgoWorkerProcesses(t *testing.T) {
+	dir := t.TempDir()
+	const n = 600_000
+	data, exact := writeMedianInput(t, dir, n)
 	port := freePort(t)
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	ckpt := filepath.Join(dir, "ckpt")
