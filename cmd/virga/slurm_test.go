@@ -198,3 +198,46 @@ func TestDDPExampleSlurm(t *testing.T) {
 		})
 	}
 }
+
+// TestAlgoSlurmTwoNodes: `virga algo linear-learner` as a trial of two
+// nodes on the real Slurm test cluster (one job of --nodes=2, an agent per
+// node): the first node's process coordinates and works, the other's works
+// over the network (MASTER_ADDR); the trial completes with every row of
+// every pass and the validation loss, and both processes read shards.
+func TestAlgoSlurmTwoNodes(t *testing.T) {
+	needSlurm(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exp := filepath.Join(dir, "algo.yaml")
+	y := `name: algo-two-nodes
+entrypoint: [` + virgaBin + `, algo, linear-learner, --input, ` + digits + `, --label, last, --param, classes=10, --epochs, "4", --batch, "16", --checkpoint-every, 100ms]
+objective: {metric: validation_loss, direction: minimize}
+resources: {cpu: 1, nodes: 2}
+`
+	if err := os.WriteFile(exp, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "state")
+	out, err := exec.Command(virgaBin, "run", "--data-dir", data, exp, "--capacity", slurmCapacity(t, dir)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("virga run: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "COMPLETED") || !strings.Contains(string(out), "best trial 1: validation_loss=") {
+		t.Fatalf("want the trial COMPLETED with its validation loss:\n%s", out)
+	}
+	logs, _ := filepath.Glob(filepath.Join(data, "attempts", "*", "output.log"))
+	var log []byte
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		log = append(log, b...)
+	}
+	if n := strings.Count(string(log), ": done; read shards ["); n != 2 || strings.Contains(string(log), "read shards []") {
+		t.Errorf("want both nodes' workers to have read shards:\n%s", log)
+	}
+	b, err := exec.Command(virgaBin, "best", "--data-dir", data, "1", "--json").Output()
+	if err != nil || !strings.Contains(string(b), `"rows": 7188`) {
+		t.Errorf("the best trial's metrics: %v\n%s; want rows 7188 (4 passes of 1797)", err, b)
+	}
+}
