@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ import (
 // builtin is one of Virga's built-in streaming algorithms.
 type builtin struct {
 	name, summary string
+	params        []string // the names --param takes (and "features", the input's width, for all)
 	// make builds the algorithm from its parameters (flags --param k=v and
 	// the trial's hyperparameters) and the input's width (its number of
 	// feature columns), and returns how to save its final model.
@@ -47,9 +49,9 @@ var builtins = map[string]builtin{
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			return elastic.Moments{}, vectors("moments", ps), nil
 		}},
-	"linear-learner": {name: "linear-learner", summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
+	"linear-learner": {name: "linear-learner", params: []string{"classes", "learning_rate", "l2", "validation_fraction"}, summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
 		make: makeLinear},
-	"kmeans": {name: "kmeans", summary: "streaming mini-batch k-means, the collected centres reduced to k by k-means++ (params: k, seed)",
+	"kmeans": {name: "kmeans", params: []string{"k", "seed"}, summary: "streaming mini-batch k-means, the collected centres reduced to k by k-means++ (params: k, seed)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			k := int(ps["k"])
 			if k < 1 {
@@ -63,9 +65,9 @@ var builtins = map[string]builtin{
 				return km.Saved(ps), nil
 			}, nil
 		}},
-	"factorization-machines": {name: "factorization-machines", summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
+	"factorization-machines": {name: "factorization-machines", params: []string{"classes", "factors", "learning_rate", "l2_w", "l2_v", "sgd", "seed"}, summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
 		make: makeFM},
-	"pca": {name: "pca", summary: "principal components from the streaming covariance (params: k)",
+	"pca": {name: "pca", params: []string{"k"}, summary: "principal components from the streaming covariance (params: k)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			k := int(ps["k"])
 			if k < 1 {
@@ -239,9 +241,12 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if err != nil {
 				return err
 			}
-			ps, err := algoParams(params, t.HParams())
+			ps, ignored, err := algoParams(b, params, t.HParams())
 			if err != nil {
 				return usageError{err}
+			}
+			if len(ignored) > 0 {
+				fmt.Fprintf(g.stderr, "virga algo: hyperparameters %s are not parameters of %s; ignored\n", strings.Join(ignored, ", "), b.name)
 			}
 			width := int(ps["features"])
 			if width == 0 && in != "" {
@@ -423,9 +428,14 @@ func (e notTheServer) Unwrap() error { return e.error }
 
 // algoParams merges --param name=value with the trial's numeric
 // hyperparameters (flags win).
-func algoParams(flags []string, hp map[string]any) (map[string]float64, error) {
-	ps := map[string]float64{}
+func algoParams(b builtin, flags []string, hp map[string]any) (ps map[string]float64, ignored []string, err error) {
+	known := func(k string) bool { return k == "features" || slices.Contains(b.params, k) }
+	ps = map[string]float64{}
 	for k, v := range hp {
+		if !known(k) {
+			ignored = append(ignored, k)
+			continue
+		}
 		switch x := v.(type) {
 		case float64:
 			ps[k] = x
@@ -445,11 +455,19 @@ func algoParams(flags []string, hp map[string]any) (map[string]float64, error) {
 		k, v, ok := strings.Cut(p, "=")
 		f, err := strconv.ParseFloat(v, 64)
 		if !ok || k == "" || err != nil {
-			return nil, fmt.Errorf("--param %q: want name=number", p)
+			return nil, nil, fmt.Errorf("--param %q: want name=number", p)
+		}
+		if !known(k) {
+			names := "none but features"
+			if len(b.params) > 0 {
+				names = strings.Join(b.params, ", ") + ", features"
+			}
+			return nil, nil, fmt.Errorf("--param %s: %s has no parameter %q (its parameters: %s)", p, b.name, k, names)
 		}
 		ps[k] = f
 	}
-	return ps, nil
+	sort.Strings(ignored)
+	return ps, ignored, nil
 }
 
 // readState reads a state: a checkpoint directory or its state.json.

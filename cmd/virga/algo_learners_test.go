@@ -423,3 +423,90 @@ func TestAlgoWorkerErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAlgoGangTrialWorkerKilled: a trial of two processes running `virga
+// algo linear-learner` loses its rank 1 (SIGKILL) mid-run: the gang ends,
+// the trial restarts once from the coordinator's last checkpoint and
+// completes, its positions counting every row of every pass exactly once.
+func TestAlgoGangTrialWorkerKilled(t *testing.T) {
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "gang.yaml")
+	// The input's name tells this test's processes from others.
+	marker := "gang-kill-" + strconv.Itoa(os.Getpid())
+	input := filepath.Join(dir, marker+".csv.gz")
+	if b, err := os.ReadFile(digits); err != nil || os.WriteFile(input, b, 0o644) != nil {
+		t.Fatalf("copying the digits: %v", err)
+	}
+	const epochs = 30
+	y := `name: ` + marker + `
+entrypoint: [` + virgaBin + `, algo, linear-learner, --input, ` + input + `, --label, last, --param, classes=10, --epochs, "` + strconv.Itoa(epochs) + `", --batch, "8", --checkpoint-every, 50ms]
+objective: {metric: validation_loss, direction: minimize}
+resources: {cpu: 0.5, processes_per_node: 2}
+max_restarts: 2
+`
+	if err := os.WriteFile(exp, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "state")
+	run := exec.Command(virgaBin, "run", "--data-dir", data, exp)
+	var out strings.Builder
+	run.Stdout, run.Stderr = &out, &out
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	total := int64(epochs * 1797)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if snap, err := readState(filepath.Join(data, "trials", "1")); err == nil && elastic.Rows(snap) >= total/3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = run.Process.Kill()
+			t.Fatalf("the trial's checkpoint did not reach a third of the rows:\n%s", out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	killed := false
+	pids, _ := exec.Command("pgrep", "-f", marker).Output()
+	for _, p := range strings.Fields(string(pids)) {
+		env, err := os.ReadFile("/proc/" + p + "/environ")
+		if err != nil || !strings.Contains("\x00"+string(env), "\x00RANK=1\x00") {
+			continue
+		}
+		pid, _ := strconv.Atoi(p)
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed = true
+		}
+	}
+	if !killed {
+		_ = run.Process.Kill()
+		t.Fatalf("no rank 1 process to kill (pgrep: %q)", pids)
+	}
+	if err := run.Wait(); err != nil {
+		t.Fatalf("virga run: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "COMPLETED") {
+		t.Fatalf("want the trial COMPLETED after the kill:\n%s", out.String())
+	}
+	b, err := exec.Command(virgaBin, "best", "--data-dir", data, "1", "--json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var best struct {
+		Trial struct {
+			Attempts int `json:"attempts"`
+		} `json:"trial"`
+		Metrics struct {
+			Values map[string]float64 `json:"values"`
+		} `json:"metrics"`
+	}
+	if err := json.Unmarshal(b, &best); err != nil {
+		t.Fatal(err)
+	}
+	v := best.Metrics.Values
+	if best.Trial.Attempts < 2 || int64(v["rows"]) != total || !(v["validation_loss"] > 0 && v["validation_loss"] < 0.3) {
+		t.Errorf("attempts %d, rows %v, validation loss %v; want a second attempt, %d rows (each row of each pass once in the positions) and a loss below 0.3",
+			best.Trial.Attempts, v["rows"], v["validation_loss"], total)
+	}
+	t.Logf("attempts %d, rows %v, validation loss %.4f", best.Trial.Attempts, v["rows"], v["validation_loss"])
+}

@@ -276,4 +276,8 @@ func TestAlgoBuiltinsSaveModels(t *testing.T) {
 	if b, err := exec.Command(virgaBin, "algo", "kmeans", "--input", digits, "--label", "last").CombinedOutput(); err == nil || !strings.Contains(string(b), "--param k=10") {
 		t.Errorf("kmeans without k: %v\n%s; want a usage error naming --param k", err, b)
 	}
+	if b, err := exec.Command(virgaBin, "algo", "linear-learner", "--input", digits, "--label", "last", "--param", "learning_rat=0.1").CombinedOutput(); err == nil ||
+		!strings.Contains(string(b), `no parameter "learning_rat"`) || !strings.Contains(string(b), "learning_rate") {
+		t.Errorf("a misspelt --param: %v\n%s; want a usage error naming it and the parameters there are", err, b)
+	}
 }
