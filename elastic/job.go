@@ -61,13 +61,7 @@ func (j *Job) Run(ctx context.Context) (Model, *MemState, error) {
 	}
 	if !resumed {
 		if j.Base != nil {
-			base := make(map[string]Tensor, len(j.Base))
-			for k, t := range j.Base {
-				if !isRuntimeKey(k) { // the new input is read from its start
-					base[k] = t
-				}
-			}
-			st.Restore(base)
+			st.Restore(AlgorithmState(j.Base))
 		} else if err := j.Alg.Initialize(ctx, st); err != nil {
 			return nil, st, fmt.Errorf("initialize: %w", err)
 		}
@@ -137,6 +131,19 @@ loop:
 }
 
 func isRuntimeKey(k string) bool { return len(k) > 6 && k[:6] == "shard/" }
+
+// AlgorithmState is a finished run's state without the runtime's keys
+// (positions, ends, split): the start of incremental training, whose new
+// input is read from its start.
+func AlgorithmState(snapshot map[string]Tensor) map[string]Tensor {
+	out := make(map[string]Tensor, len(snapshot))
+	for k, t := range snapshot {
+		if !isRuntimeKey(k) {
+			out[k] = t
+		}
+	}
+	return out
+}
 
 // Rows is the number of rows the state says were consumed, over all shards
 // and passes.

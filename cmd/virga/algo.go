@@ -649,13 +649,7 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 	}
 	if !resumed {
 		if c.base != nil {
-			base := make(map[string]elastic.Tensor, len(c.base))
-			for k, t := range c.base {
-				if !strings.HasPrefix(k, "shard/") { // the new input is read from its start
-					base[k] = t
-				}
-			}
-			st.Restore(base)
+			st.Restore(elastic.AlgorithmState(c.base))
 		} else if err := alg.Initialize(ctx, st); err != nil {
 			return err
 		}
