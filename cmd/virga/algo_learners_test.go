@@ -510,3 +510,53 @@ max_restarts: 2
 	}
 	t.Logf("attempts %d, rows %v, validation loss %.4f", best.Trial.Attempts, v["rows"], v["validation_loss"])
 }
+
+// TestAlgoIncremental: `virga algo moments --base` starts from a finished
+// run's state and reads only the new input, in one process and as a
+// coordinator of worker processes: the model counts both inputs.
+func TestAlgoIncremental(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, from, to int) string {
+		var sb strings.Builder
+		for i := from; i < to; i++ {
+			sb.WriteString(strconv.Itoa(i))
+			sb.WriteByte('\n')
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(sb.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	old, fresh := write("old.csv", 0, 1000), write("new.csv", 1000, 1500)
+	first := filepath.Join(dir, "first")
+	if b, err := exec.Command(virgaBin, "algo", "moments", "--input", old, "--checkpoint", first).CombinedOutput(); err != nil {
+		t.Fatalf("first run: %v\n%s", err, b)
+	}
+	check := func(how, model string) {
+		t.Helper()
+		m := loadModel(t, model)
+		if n, mean := m.Tensors["count"].Data[0], m.Tensors["mean"].Data[0]; n != 1500 || mean != 749.5 {
+			t.Errorf("%s: count %v mean %v; want 1500 rows of mean 749.5 (both inputs)", how, n, mean)
+		}
+	}
+	model := filepath.Join(dir, "one.json")
+	if b, err := exec.Command(virgaBin, "algo", "moments", "--input", fresh, "--base", first, "--workers", "2", "--model", model).CombinedOutput(); err != nil {
+		t.Fatalf("incremental run: %v\n%s", err, b)
+	}
+	check("one process", model)
+	port := freePort(t)
+	model = filepath.Join(dir, "served.json")
+	coord := exec.Command(virgaBin, "algo", "moments", "--serve", "127.0.0.1:"+strconv.Itoa(port), "--shards", "2", "--base", first, "--model", model)
+	if err := coord.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(virgaBin, "algo", "moments", "--join", "http://127.0.0.1:"+strconv.Itoa(port), "--input", fresh).CombinedOutput(); err != nil {
+		_ = coord.Process.Kill()
+		t.Fatalf("worker: %v\n%s", err, b)
+	}
+	if err := coord.Wait(); err != nil {
+		t.Fatalf("coordinator: %v", err)
+	}
+	check("coordinator and a worker", model)
+}
