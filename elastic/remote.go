@@ -3,12 +3,14 @@ package elastic
 // The network runtime: one coordinator holds the parameter state and serves
 // it over HTTP; worker processes use it through RemoteState.
 //
-// Why HTTP and not gRPC: the state's operations are three small
-// request/response calls (pull, push, barrier) whose payload is one dense
-// vector, which is sent as raw little-endian float64s; net/http gives
+// Why HTTP and not gRPC: the state's operations are a few small
+// request/response calls (pull, push, commit, barrier) whose payload is
+// dense vectors, sent as raw little-endian float64s; net/http gives
 // keep-alive connections, TLS and the bearer tokens the rest of Virga uses,
 // without a code generator in the build or another protocol stack on the
-// nodes. A push is one round trip of 8 bytes per element plus headers.
+// nodes. A push is one round trip of 8 bytes per element plus headers; a
+// worker sends all of a batch's pushes and its shard position in one
+// commit call, which the coordinator applies at once.
 //
 // Membership: a worker joins (it gets an ID, the coordinator's instance and
 // the lease) and every call it makes renews its lease, as does a heartbeat
@@ -162,6 +164,7 @@ func (c *Coordinator) renew(id int64) bool {
 //	POST /renew?worker=ID&instance=I (a heartbeat)
 //	POST /pull?worker=ID&instance=I&key=K -> float64s (little-endian); 204 if no such key
 //	POST /push?worker=ID&instance=I&key=K <- float64s
+//	POST /commit?worker=ID&instance=I <- deltas (see encodeDeltas), applied as one
 //	POST /barrier?worker=ID&instance=I
 //	POST /claim?worker=ID&instance=I[&shard=K] -> {"shard": K, "shards": N, "passes": P};
 //	                                   K = -1: none to claim, and "wait": true if other live
@@ -251,6 +254,21 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := c.State.Push(ctx, q.Get("key"), t); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+	case "/commit":
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<31))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		deltas, err := decodeDeltas(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := c.State.PushAll(ctx, deltas); err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
@@ -539,6 +557,24 @@ func (r *RemoteState) Push(ctx context.Context, key string, delta Tensor) error 
 	}
 	r.mu.Lock()
 	r.pushed += int64(len(b))
+	r.pushes++
+	r.mu.Unlock()
+	return nil
+}
+
+// PushAll implements Committer: one call, applied by the coordinator as
+// one commit.
+func (r *RemoteState) PushAll(ctx context.Context, deltas []Delta) error {
+	b := encodeDeltas(deltas)
+	if _, err := r.call(ctx, r.op("commit", ""), b); err != nil {
+		return err
+	}
+	var n int64
+	for _, d := range deltas {
+		n += 8 * int64(len(d.Delta))
+	}
+	r.mu.Lock()
+	r.pushed += n
 	r.pushes++
 	r.mu.Unlock()
 	return nil

@@ -71,9 +71,13 @@ func RunShard(ctx context.Context, alg Algorithm, st State, shard int, open Open
 // passes times over (epochs; a pass opens the shard again from its start):
 // it opens the shard at the pass and position the state records, then for
 // each batch updates and advances the position, and marks the shard done at
-// the end of its last pass. A worker that dies between an update and its
-// position push makes that batch count twice when the shard is taken over
-// (at-least-once).
+// the end of its last pass. A batch's pushes are held back while Update
+// runs and applied with the position's advance in one commit (see
+// Committer), so the state never holds a batch's update without its
+// position: a worker that dies mid-batch, or a job stopped mid-batch, loses
+// that batch's update, and whoever resumes the shard reads the batch again
+// (exactly once in the state; only an Update that calls Barrier commits
+// part of its batch early).
 func RunShardPasses(ctx context.Context, alg Algorithm, st State, shard, passes int, open Opener) error {
 	if passes < 1 {
 		return fmt.Errorf("shard %d: %d passes; want at least 1", shard, passes)
@@ -96,6 +100,7 @@ func RunShardPasses(ctx context.Context, alg Algorithm, st State, shard, passes 
 	default:
 		return fmt.Errorf("shard %d: a position of %d numbers in the state; want %d", shard, len(pos), posLen)
 	}
+	tx := newBatchState(st)
 	for ; pass < passes; pass++ {
 		src, err := open(ctx, shard, at)
 		if err != nil {
@@ -110,12 +115,13 @@ func RunShardPasses(ctx context.Context, alg Algorithm, st State, shard, passes 
 				closeSource(src)
 				return err
 			}
-			if err := alg.Update(ctx, st, b); err != nil {
+			if err := alg.Update(ctx, tx, b); err != nil {
+				tx.Discard()
 				closeSource(src)
 				return err
 			}
 			n := float64(b.Rows())
-			if err := st.Push(ctx, posKey(shard), Tensor{n, n, 0}); err != nil {
+			if err := tx.Commit(ctx, Delta{Key: posKey(shard), Delta: Tensor{n, n, 0}}); err != nil {
 				closeSource(src)
 				return err
 			}

@@ -80,6 +80,7 @@ if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
   fuzz FuzzExtractArchive 10 ./internal/checkpoint
   fuzz FuzzDecode 10 ./internal/agent
   fuzz FuzzReadModel 10 ./elastic
+  fuzz FuzzDecodeDeltas 10 ./elastic
   for f in FuzzCSV FuzzJSONLines FuzzLibSVM FuzzRanges; do
     fuzz "$f" 10 ./elastic/input
   done

@@ -23,7 +23,7 @@ func (s slowSource) Next(ctx context.Context) (*elastic.Batch, error) {
 // random moments and resumed from its checkpoint each time (the machine's
 // whole state, w, v and the AdaGrad sums, is one tensor of the state, and
 // Initialize is not run again over it) ends with the test log loss of an
-// uninterrupted run, within 1%, and has trained on every row at least once.
+// uninterrupted run, within 1%, and has trained on every row exactly once.
 func TestStoppedAndResumedLikeUninterrupted(t *testing.T) {
 	// The same rows under the race detector: it costs this package only a
 	// few times, and a shorter run would be stopped too few times.
@@ -82,8 +82,8 @@ func TestStoppedAndResumedLikeUninterrupted(t *testing.T) {
 	if stops < 3 {
 		t.Fatalf("stopped %d times; want several", stops)
 	}
-	if trained < float64(rows) {
-		t.Errorf("%v rows trained after %d stops; want every one of the %d (at least once)", trained, stops, rows)
+	if trained != float64(rows) {
+		t.Errorf("%v rows trained after %d stops; want every one of the %d, exactly once", trained, stops, rows)
 	}
 	if got > want*1.01 {
 		t.Errorf("log loss %.5f after %d stops; uninterrupted %.5f; want within 1%%", got, stops, want)
