@@ -39,13 +39,54 @@ type Job struct {
 	// Initialize (incremental training on new data); it must be a snapshot
 	// of the same algorithm's state (StateFile).
 	Base map[string]Tensor
+	// Name is the algorithm's name, recorded in the checkpoints; a
+	// checkpoint of another algorithm is refused (ErrNotItsState).
+	Name string
 }
 
 // StateFile is the checkpoint's file name in CheckpointDir.
 const StateFile = "state.json"
 
-type checkpointFile struct {
-	Tensors map[string]Tensor `json:"tensors"`
+// Checkpoint is a state as written to disk (StateFile): a snapshot and the
+// name of the algorithm it belongs to, if known.
+type Checkpoint struct {
+	Algorithm string            `json:"algorithm,omitempty"`
+	Tensors   map[string]Tensor `json:"tensors"`
+}
+
+// ErrNotItsState means a checkpoint or base state is another algorithm's,
+// or the same algorithm's with other parameters or input width: resuming
+// from it, or training on from it, would be wrong.
+var ErrNotItsState = errors.New("the state is not this algorithm's")
+
+// Fits checks that c can be resumed, or trained on from, by alg, named
+// name: the names agree (when both are known) and every tensor that
+// alg's Initialize creates is in c with the same number of elements.
+func (c Checkpoint) Fits(ctx context.Context, name string, alg Algorithm) error {
+	if c.Algorithm != "" && name != "" && c.Algorithm != name {
+		return fmt.Errorf("%w: it is a state of %s; this run is %s", ErrNotItsState, c.Algorithm, name)
+	}
+	fresh := NewMemState(1)
+	if err := alg.Initialize(ctx, fresh); err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	for k, t := range fresh.Snapshot() {
+		have, ok := c.Tensors[k]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: it has no tensor %q, which this run's %s has (another algorithm?)", ErrNotItsState, k, nameOr(name))
+		case len(have) != len(t):
+			return fmt.Errorf("%w: its tensor %q has %d numbers, this run's %d (other parameters or another input width?)", ErrNotItsState, k, len(have), len(t))
+		}
+	}
+	return nil
+}
+
+func nameOr(name string) string {
+	if name == "" {
+		return "algorithm"
+	}
+	return name
 }
 
 // Run runs the job to its end and returns the model and the state. When ctx
@@ -61,6 +102,9 @@ func (j *Job) Run(ctx context.Context) (Model, *MemState, error) {
 	}
 	if !resumed {
 		if j.Base != nil {
+			if err := (Checkpoint{Tensors: j.Base}).Fits(ctx, j.Name, j.Alg); err != nil {
+				return nil, st, fmt.Errorf("the base state: %w", err)
+			}
 			st.Restore(AlgorithmState(j.Base))
 		} else if err := j.Alg.Initialize(ctx, st); err != nil {
 			return nil, st, fmt.Errorf("initialize: %w", err)
@@ -161,14 +205,18 @@ func (j *Job) load(st *MemState) (bool, error) {
 	if j.CheckpointDir == "" {
 		return false, nil
 	}
-	snap, err := ReadState(filepath.Join(j.CheckpointDir, StateFile))
+	path := filepath.Join(j.CheckpointDir, StateFile)
+	c, err := ReadCheckpoint(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	st.Restore(snap)
+	if err := c.Fits(context.Background(), j.Name, j.Alg); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	st.Restore(c.Tensors)
 	return true, nil
 }
 
@@ -178,7 +226,7 @@ func (j *Job) checkpoint(ctx context.Context, st *MemState) error {
 		return nil
 	}
 	snap := st.Snapshot()
-	if err := WriteState(j.CheckpointDir, snap); err != nil {
+	if err := WriteCheckpoint(j.CheckpointDir, Checkpoint{Algorithm: j.Name, Tensors: snap}); err != nil {
 		return err
 	}
 	if j.OnCheckpoint != nil {
@@ -187,11 +235,17 @@ func (j *Job) checkpoint(ctx context.Context, st *MemState) error {
 	return nil
 }
 
-// WriteState writes a snapshot of a state to dir/StateFile durably: a
-// temporary file, synced, renamed over the old one (a crash leaves the old
-// or the new checkpoint, never a torn one).
+// WriteState writes a snapshot of a state to dir/StateFile durably, with
+// no algorithm's name (WriteCheckpoint).
 func WriteState(dir string, snapshot map[string]Tensor) error {
-	b, err := json.Marshal(checkpointFile{Tensors: snapshot})
+	return WriteCheckpoint(dir, Checkpoint{Tensors: snapshot})
+}
+
+// WriteCheckpoint writes c to dir/StateFile durably: a temporary file,
+// synced, renamed over the old one (a crash leaves the old or the new
+// checkpoint, never a torn one).
+func WriteCheckpoint(dir string, c Checkpoint) error {
+	b, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
@@ -228,16 +282,26 @@ func WriteState(dir string, snapshot map[string]Tensor) error {
 // directory or its StateFile. A missing file is an error satisfying
 // errors.Is(err, os.ErrNotExist); an unreadable one names the file.
 func ReadState(path string) (map[string]Tensor, error) {
+	c, err := ReadCheckpoint(path)
+	return c.Tensors, err
+}
+
+// ReadCheckpoint reads a checkpoint written by WriteCheckpoint (or
+// WriteState), as ReadState does.
+func ReadCheckpoint(path string) (Checkpoint, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, StateFile)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return Checkpoint{}, err
 	}
-	var f checkpointFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("%s: not a state written by Virga: %w", path, err)
+	var c Checkpoint
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Checkpoint{}, fmt.Errorf("%s: not a state written by Virga: %w", path, err)
 	}
-	return f.Tensors, nil
+	if c.Tensors == nil {
+		return Checkpoint{}, fmt.Errorf("%s: not a state written by Virga: no tensors", path)
+	}
+	return c, nil
 }

@@ -61,6 +61,9 @@ type Coordinator struct {
 	// workers claim one at a time (POST /claim); Passes is the number of
 	// passes over each (default 1).
 	Shards, Passes int
+	// Algorithm, if set, is the name of the algorithm whose state this is:
+	// a worker that joins saying it runs another is refused (409).
+	Algorithm string
 
 	instance string // this coordinator's lifetime, in every worker's calls
 	mu       sync.Mutex
@@ -159,7 +162,8 @@ func (c *Coordinator) renew(id int64) bool {
 
 // ServeHTTP implements the protocol:
 //
-//	POST /join                      -> {"worker": ID, "instance": I, "lease_ms": L}
+//	POST /join[?algorithm=NAME]     -> {"worker": ID, "instance": I, "lease_ms": L};
+//	                                   409 if the coordinator's algorithm is another
 //	POST /leave?worker=ID&instance=I
 //	POST /renew?worker=ID&instance=I (a heartbeat)
 //	POST /pull?worker=ID&instance=I&key=K -> float64s (little-endian); 204 if no such key
@@ -191,6 +195,10 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/join" {
+		if a := q.Get("algorithm"); a != "" && c.Algorithm != "" && a != c.Algorithm {
+			http.Error(w, fmt.Sprintf("this coordinator holds the state of %s; a worker of %s cannot join it", c.Algorithm, a), http.StatusConflict)
+			return
+		}
 		c.mu.Lock()
 		c.next++
 		id := c.next
@@ -428,9 +436,19 @@ type RemoteState struct {
 // of the coordinator's lease, so that the worker stays a member while a
 // batch takes long to read.
 func Join(ctx context.Context, base, token string) (*RemoteState, error) {
+	return JoinAs(ctx, base, token, "")
+}
+
+// JoinAs joins as Join does, as a worker of the named algorithm: a
+// coordinator of another algorithm's state refuses it (ErrOtherAlgorithm).
+func JoinAs(ctx context.Context, base, token, algorithm string) (*RemoteState, error) {
 	r := &RemoteState{base: base, token: token, client: &http.Client{}}
 	var out joined
-	body, err := r.call(ctx, "/join", nil)
+	path := "/join"
+	if algorithm != "" {
+		path += "?algorithm=" + url.QueryEscape(algorithm)
+	}
+	body, err := r.call(ctx, path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -491,6 +509,9 @@ func (r *RemoteState) Traffic() (pulledBytes, pushedBytes, pulls, pushes int64) 
 // out, or the coordinator restarted); it must join again.
 var ErrNotMember = errors.New("not a member of the coordinator any more")
 
+// ErrOtherAlgorithm means the coordinator holds another algorithm's state.
+var ErrOtherAlgorithm = errors.New("the coordinator runs another algorithm")
+
 // ErrUnreachable wraps the failures to reach the coordinator at all (it is
 // down or restarting), as opposed to its answers.
 var ErrUnreachable = errors.New("the coordinator cannot be reached")
@@ -520,6 +541,10 @@ func (r *RemoteState) call(ctx context.Context, path string, body []byte) ([]byt
 		return nil, fmt.Errorf("%w: %s", ErrNotMember, bytes.TrimSpace(out))
 	case resp.StatusCode == http.StatusConflict && strings.HasPrefix(path, "/claim"):
 		return nil, fmt.Errorf("%w: %s", ErrHeld, bytes.TrimSpace(out))
+	case resp.StatusCode == http.StatusConflict && strings.HasPrefix(path, "/join"):
+		return nil, fmt.Errorf("%w: %s", ErrOtherAlgorithm, bytes.TrimSpace(out))
+	case resp.StatusCode == http.StatusUnauthorized:
+		return nil, fmt.Errorf("%s: %s: %s (the coordinator's token is wrong or missing)", path, resp.Status, bytes.TrimSpace(out))
 	case resp.StatusCode >= 300:
 		return nil, fmt.Errorf("%s: %s: %s", path, resp.Status, bytes.TrimSpace(out))
 	case resp.StatusCode == http.StatusNoContent:

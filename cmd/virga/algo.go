@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -32,6 +35,7 @@ import (
 type builtin struct {
 	name, summary string
 	params        []string // the names --param takes (and "features", the input's width, for all)
+	labelled      bool     // it learns from labels
 	// make builds the algorithm from its parameters (flags --param k=v and
 	// the trial's hyperparameters) and the input's width (its number of
 	// feature columns), and returns how to save its final model.
@@ -41,7 +45,7 @@ type builtin struct {
 type saver func(m elastic.Model) (*elastic.SavedModel, error)
 
 var builtins = map[string]builtin{
-	"median": {name: "median", summary: "the median of the first column, by stochastic gradient descent",
+	"median": {name: "median", summary: "the median of the first column, by the SGD of Liberty et al. (steps of at most batch/sqrt(rows) in the data's units: for long inputs)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			return elastic.Median{}, vectors("median", ps), nil
 		}},
@@ -49,7 +53,7 @@ var builtins = map[string]builtin{
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			return elastic.Moments{}, vectors("moments", ps), nil
 		}},
-	"linear-learner": {name: "linear-learner", params: []string{"classes", "learning_rate", "l2", "validation_fraction"}, summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
+	"linear-learner": {name: "linear-learner", labelled: true, params: []string{"classes", "learning_rate", "l2", "validation_fraction"}, summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
 		make: makeLinear},
 	"kmeans": {name: "kmeans", params: []string{"k", "seed"}, summary: "streaming mini-batch k-means, the collected centres reduced to k by k-means++ (params: k, seed)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
@@ -65,7 +69,7 @@ var builtins = map[string]builtin{
 				return km.Saved(ps), nil
 			}, nil
 		}},
-	"factorization-machines": {name: "factorization-machines", params: []string{"classes", "factors", "learning_rate", "l2_w", "l2_v", "sgd", "seed"}, summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
+	"factorization-machines": {name: "factorization-machines", labelled: true, params: []string{"classes", "factors", "learning_rate", "l2_w", "l2_v", "sgd", "seed"}, summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
 		make: makeFM},
 	"pca": {name: "pca", params: []string{"k"}, summary: "principal components from the streaming covariance (params: k)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
@@ -205,6 +209,14 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				}
 				opts.Label = n
 			}
+			if err := checkLabel(b, in, opts, cmd.Flags().Changed("label")); err != nil {
+				return err
+			}
+			if modelOut != "" {
+				if d := filepath.Dir(modelOut); !isDir(d) {
+					return usageError{fmt.Errorf("--model %s: the directory %s does not exist", modelOut, d)}
+				}
+			}
 			if workers < 1 {
 				return usageError{errors.New("--workers must be at least 1")}
 			}
@@ -222,6 +234,13 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				return err
 			}
 			multi := join != "" || serve != "" || gang.WorldSize > 1
+			if err := checkAlgoFlags(cmd, multi, serve, join, sample, price, batch); err != nil {
+				return err
+			}
+			token := algoToken(cmd, g, gang)
+			if serve != "" && token == "" && !loopback(serve) {
+				return usageError{fmt.Errorf("--serve %s listens beyond this machine: set VIRGA_ALGO_TOKEN (or --token) to a secret that its workers are given too, or serve on 127.0.0.1", serve)}
+			}
 			if workers > 1 && multi {
 				return usageError{errors.New("--workers splits the input among goroutines of one process; with --serve, --join or a gang the processes are the workers (--shards sets the split)")}
 			}
@@ -264,16 +283,21 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				if !cmd.Flags().Changed("shards") {
 					shards = 0 // the coordinator's
 				}
-				return runWorker(ctx, g, alg, join, in, opts, shard, shards)
+				return runWorker(ctx, g, b.name, alg, join, in, opts, shard, shards, token)
 			}
 			var baseState map[string]elastic.Tensor
 			if base != "" && gang.Rank == 0 {
-				if baseState, err = readState(base); err != nil {
-					return fmt.Errorf("--base: %w", err)
+				c, err := elastic.ReadCheckpoint(base)
+				if err == nil {
+					err = c.Fits(ctx, b.name, alg)
 				}
+				if err != nil {
+					return fmt.Errorf("--base %s: %w", base, err)
+				}
+				baseState = c.Tensors
 			}
 			if serve != "" {
-				c := &coordinator{addr: serve, shards: shards, passes: epochs, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState}
+				c := &coordinator{addr: serve, shards: shards, passes: epochs, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState, token: token}
 				return c.run(ctx, g, b, alg, save)
 			}
 			if gang.WorldSize > 1 {
@@ -283,10 +307,10 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				n := max(shards, 4*gang.WorldSize)
 				url := "http://" + net.JoinHostPort(gang.MasterAddr, strconv.Itoa(gang.MasterPort))
 				if gang.Rank > 0 {
-					return runWorker(ctx, g, alg, url, in, opts, -1, 0)
+					return runWorker(ctx, g, b.name, alg, url, in, opts, -1, 0, token)
 				}
 				c := &coordinator{addr: ":" + strconv.Itoa(gang.MasterPort), shards: n, passes: epochs, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState,
-					expect: gang.WorldSize}
+					expect: gang.WorldSize, token: token}
 				if t.Managed() {
 					c.ckptDir = t.CheckpointDir()
 					c.report = func(ctx context.Context, step int64, metrics map[string]float64) error {
@@ -300,7 +324,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if sample > 0 {
 				passes = 1 // the estimate multiplies one pass's time
 			}
-			job := &elastic.Job{Alg: alg, Shards: workers, Epochs: passes, Every: every,
+			job := &elastic.Job{Alg: alg, Name: b.name, Shards: workers, Epochs: passes, Every: every,
 				Open: func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
 					src, err := input.OpenShardAt(in, opts, k, workers, pos)
 					if err != nil {
@@ -327,6 +351,9 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			}
 			start := time.Now()
 			m, st, err := job.Run(ctx)
+			if errors.Is(err, elastic.ErrNotItsState) {
+				err = fmt.Errorf("%w (use another --checkpoint directory, or remove this one)", err)
+			}
 			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 				fmt.Fprintln(g.stderr, "virga algo: stopped; the checkpoint holds the state")
 				return exitError{code: trial.StoppedExitCode}
@@ -338,14 +365,14 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			secs := time.Since(start).Seconds()
 			if sample > 0 {
 				perWorker := float64(rows) / secs / float64(workers)
-				fmt.Fprintf(g.stdout, "sample: %d rows on %d workers in %.2fs: %.0f rows/s per worker\n", rows, workers, secs, perWorker)
+				fmt.Fprintf(g.stdout, "sample: %d rows on %s in %.2fs: %.0f rows/s per worker\n", rows, plural(workers, "worker"), secs, perWorker)
 				if total, err := countRows(in, opts); err == nil && perWorker > 0 {
 					hours := float64(total) * float64(epochs) / perWorker / float64(workers) / 3600
 					fmt.Fprintf(g.stdout, "whole input: %d rows", total)
 					if epochs > 1 {
 						fmt.Fprintf(g.stdout, " x %d passes", epochs)
 					}
-					fmt.Fprintf(g.stdout, ": about %s on %d workers", time.Duration(hours*float64(time.Hour)).Round(time.Second), workers)
+					fmt.Fprintf(g.stdout, ": about %s on %s", time.Duration(hours*float64(time.Hour)).Round(time.Second), plural(workers, "worker"))
 					if price > 0 {
 						fmt.Fprintf(g.stdout, ", $%.4f at $%g per worker-hour", hours*float64(workers)*price, price)
 					}
@@ -373,26 +400,14 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				return g.printJSON(saved)
 			}
 			fmt.Fprintf(g.stdout, "%s: %d rows in %.2fs\n", b.name, rows, secs)
-			keys := make([]string, 0, len(m))
-			for k := range m {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				tn := m[k]
-				if len(tn) > 8 {
-					fmt.Fprintf(g.stdout, "  %s: %d values\n", k, len(tn))
-				} else {
-					fmt.Fprintf(g.stdout, "  %s: %v\n", k, []float64(tn))
-				}
-			}
+			printModel(g.stdout, m, saved)
 			return nil
 		},
 	}
 	run := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := run(cmd, args); err != nil {
-			return notTheServer{err}
+			return notTheServer{inFlags{err}}
 		}
 		return nil
 	}
@@ -419,6 +434,105 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 	f.Float64Var(&price, "price", 0, "with --sample: USD per worker-hour, to print the whole input's cost")
 	return cmd
 }
+
+// checkLabel refuses a CSV input without a label column for a learner of
+// labels, and --label for the formats that carry their labels.
+func checkLabel(b builtin, in string, opts input.Options, given bool) error {
+	if in == "" {
+		return nil
+	}
+	f := opts.Format
+	if f == "" {
+		var err error
+		if f, err = input.FormatOf(in); err != nil {
+			return nil // the input's own error says it
+		}
+	}
+	switch {
+	case f == input.CSV && b.labelled && opts.Label == 0:
+		return usageError{fmt.Errorf("%s learns from labels: give --label, the CSV column that holds them (a 1-based number or last)", b.name)}
+	case f != input.CSV && given && opts.Label != 0:
+		return usageError{fmt.Errorf("--label is for CSV input; %s input carries its labels (JSON lines: \"y\"; libsvm: the first field)", f)}
+	}
+	return nil
+}
+
+// checkAlgoFlags refuses flags that would be silently ignored in this
+// mode of `virga algo`.
+func checkAlgoFlags(cmd *cobra.Command, multi bool, serve, join string, sample int64, price float64, batch int) error {
+	changed := cmd.Flags().Changed
+	if !multi {
+		for _, f := range []string{"shards", "shard", "lease"} {
+			if changed(f) {
+				return usageError{fmt.Errorf("--%s is for worker processes (--serve, --join); in one process --workers splits the input", f)}
+			}
+		}
+	}
+	if serve == "" && changed("lease") {
+		return usageError{errors.New("--lease is the coordinator's (--serve): its workers learn it when they join")}
+	}
+	if join == "" && changed("shard") {
+		return usageError{errors.New("--shard binds a worker (--join) to one shard")}
+	}
+	if sample < 0 {
+		return usageError{fmt.Errorf("--sample %d: want a number of rows per shard (0: no estimate)", sample)}
+	}
+	if price < 0 || (price > 0 && sample == 0) {
+		return usageError{errors.New("--price is the USD per worker-hour of the estimate: give it with --sample N")}
+	}
+	if batch < 1 {
+		return usageError{fmt.Errorf("--batch %d: want at least 1 row per mini-batch", batch)}
+	}
+	return nil
+}
+
+// algoToken is the bearer token between a coordinator and its workers:
+// VIRGA_ALGO_TOKEN, or --token when given. The ranks of a gang trial
+// under Virga, which all hold their trial's token, derive one from it.
+func algoToken(cmd *cobra.Command, g *globals, gang gangEnv) string {
+	if f := cmd.Flag("token"); f != nil && f.Changed {
+		return g.token
+	}
+	if t := os.Getenv("VIRGA_ALGO_TOKEN"); t != "" {
+		return t
+	}
+	if t := os.Getenv(trial.EnvToken); t != "" && gang.WorldSize > 1 {
+		sum := sha256.Sum256([]byte("virga algo coordinator\x00" + t))
+		return hex.EncodeToString(sum[:])
+	}
+	return ""
+}
+
+// loopback tells whether a listen address is this machine's only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// inFlags says the input package's and the learners' advice in the
+// command's words: its flags instead of the Go API's options.
+type inFlags struct{ error }
+
+var optionFlags = strings.NewReplacer(
+	"set Options.Format", "set --format csv, jsonl or libsvm",
+	"set Options.Header", "give --header",
+	"(set Options.Features)", "(set --param features=N to the largest index)",
+	"(Options.Features)", "(--param features=N)",
+	"(Options.Split = SplitRanges)", "(--split ranges)",
+	"lower Options.BatchRows", "lower --batch",
+	"want SplitAuto, SplitRows or SplitRanges", "want --split auto, rows or ranges",
+	"(the coordinator's token is wrong or missing)", "(the coordinator's token is wrong or missing: VIRGA_ALGO_TOKEN or --token)",
+)
+
+func (e inFlags) Error() string { return optionFlags.Replace(e.error.Error()) }
+func (e inFlags) Unwrap() error { return e.error }
 
 // notTheServer marks errors of commands that do not talk to the Virga
 // server (a refused connection is an input's or a coordinator's).
@@ -469,9 +583,6 @@ func algoParams(b builtin, flags []string, hp map[string]any) (ps map[string]flo
 	sort.Strings(ignored)
 	return ps, ignored, nil
 }
-
-// readState reads a state: a checkpoint directory or its state.json.
-func readState(path string) (map[string]elastic.Tensor, error) { return elastic.ReadState(path) }
 
 // limited ends a shard after a number of rows (for --sample).
 type limited struct {
@@ -534,7 +645,7 @@ func countRows(uri string, opts input.Options) (int64, error) {
 // read to, as many passes as the coordinator says. When the coordinator
 // cannot be reached or has dropped it (it restarts) it joins again, for up
 // to a minute after it last reached it; other errors end it.
-func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in string, opts input.Options, shard, shards int) error {
+func runWorker(ctx context.Context, g *globals, name string, alg elastic.Algorithm, url, in string, opts input.Options, shard, shards int, token string) error {
 	if shard < -1 || (shards > 0 && shard >= shards) {
 		return usageError{fmt.Errorf("--shard %d: want 0 to %d (or none: the coordinator hands shards out)", shard, shards-1)}
 	}
@@ -549,11 +660,10 @@ func runWorker(ctx context.Context, g *globals, alg elastic.Algorithm, url, in s
 	if shard < 0 {
 		what = "worker"
 	}
-	token := os.Getenv("VIRGA_ALGO_TOKEN")
 	var last error
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		w, err := elastic.Join(ctx, url, token)
+		w, err := elastic.JoinAs(ctx, url, token, name)
 		if err == nil {
 			deadline = time.Now().Add(time.Minute) // it was reached: a minute from now
 			if shard >= 0 {
@@ -625,6 +735,7 @@ type coordinator struct {
 	every    time.Duration
 	modelOut string
 	base     map[string]elastic.Tensor // incremental training: the state to start from
+	token    string                    // workers' bearer token, if any
 	// report, if set, reports progress (rows) after each checkpoint and the
 	// final metrics: the coordinator is the trial's voice.
 	report func(ctx context.Context, step int64, metrics map[string]float64) error
@@ -639,10 +750,13 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 	st := elastic.NewMemState(0)
 	resumed := false
 	if c.ckptDir != "" {
-		if snap, err := elastic.ReadState(c.ckptDir); err == nil {
-			st.Restore(snap)
+		if ck, err := elastic.ReadCheckpoint(c.ckptDir); err == nil {
+			if err := ck.Fits(ctx, b.name, alg); err != nil {
+				return fmt.Errorf("%s: %w (use another --checkpoint directory, or remove this one)", filepath.Join(c.ckptDir, elastic.StateFile), err)
+			}
+			st.Restore(ck.Tensors)
 			resumed = true
-			fmt.Fprintf(g.stderr, "virga algo: resuming from the checkpoint in %s: %d rows read\n", c.ckptDir, elastic.Rows(snap))
+			fmt.Fprintf(g.stderr, "virga algo: resuming from the checkpoint in %s: %d rows read\n", c.ckptDir, elastic.Rows(ck.Tensors))
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -658,7 +772,8 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 		return fmt.Errorf("%s: %w (start the coordinator with the --shards and --epochs it had, or remove the checkpoint)", c.ckptDir, err)
 	}
 	coord := elastic.NewCoordinator(st)
-	coord.Token = os.Getenv("VIRGA_ALGO_TOKEN")
+	coord.Token = c.token
+	coord.Algorithm = b.name
 	coord.Shards, coord.Passes = c.shards, max(c.passes, 1)
 	coord.Lease = c.lease
 	ln, err := net.Listen("tcp", c.addr)
@@ -681,7 +796,7 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 			return nil
 		}
 		snap := st.Snapshot()
-		if err := elastic.WriteState(c.ckptDir, snap); err != nil {
+		if err := elastic.WriteCheckpoint(c.ckptDir, elastic.Checkpoint{Algorithm: b.name, Tensors: snap}); err != nil {
 			return err
 		}
 		if c.report == nil {
@@ -708,7 +823,7 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 			if err != nil {
 				return err
 			}
-			if err := writeStateIf(c.ckptDir, st); err != nil {
+			if err := writeStateIf(c.ckptDir, b.name, st); err != nil {
 				return err
 			}
 			saved, err := save(m)
@@ -740,6 +855,7 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 				return g.printJSON(saved)
 			}
 			fmt.Fprintf(g.stdout, "%s: %d rows from %d shards\n", b.name, rows, c.shards)
+			printModel(g.stdout, m, saved)
 			return nil
 		case <-tick.C:
 			if err := checkpoint(ctx); err != nil {
@@ -749,12 +865,59 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 	}
 }
 
+// isDir tells whether path is an existing directory.
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
+// plural is "1 worker", "2 workers".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// printModel prints a finished run's model: its short tensors, the sizes
+// of the others, and its saved parameters by name (the learners' chosen
+// learning rate, validation loss, ...) instead of their raw "params".
+func printModel(w io.Writer, m elastic.Model, saved *elastic.SavedModel) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if k == "params" && saved != nil && len(saved.Params) > 0 {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		tn := m[k]
+		if len(tn) > 8 {
+			fmt.Fprintf(w, "  %s: %d values\n", k, len(tn))
+		} else {
+			fmt.Fprintf(w, "  %s: %v\n", k, []float64(tn))
+		}
+	}
+	if saved == nil {
+		return
+	}
+	names := make([]string, 0, len(saved.Params))
+	for k := range saved.Params {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "  %s: %.6g\n", k, saved.Params[k])
+	}
+}
+
 // writeStateIf writes st to dir, if there is a dir.
-func writeStateIf(dir string, st *elastic.MemState) error {
+func writeStateIf(dir, name string, st *elastic.MemState) error {
 	if dir == "" {
 		return nil
 	}
-	return elastic.WriteState(dir, st.Snapshot())
+	return elastic.WriteCheckpoint(dir, elastic.Checkpoint{Algorithm: name, Tensors: st.Snapshot()})
 }
 
 // finalMetrics are a finished run's metrics for the trial: the model's
@@ -851,7 +1014,7 @@ func runGangLeader(ctx context.Context, g *globals, c *coordinator, b builtin, a
 	wctx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()
 	werr := make(chan error, 1)
-	go func() { werr <- runWorker(wctx, g, alg, "http://127.0.0.1:"+port, in, opts, -1, 0) }()
+	go func() { werr <- runWorker(wctx, g, b.name, alg, "http://127.0.0.1:"+port, in, opts, -1, 0, c.token) }()
 	select {
 	case err := <-werr:
 		if err != nil && ctx.Err() == nil {

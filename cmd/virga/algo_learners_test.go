@@ -378,6 +378,92 @@ func TestAlgoSplits(t *testing.T) {
 	}
 }
 
+// TestAlgoFlagMistakes: flags that would do nothing in the mode given, a
+// learner of labels without --label, and a --model in no directory are
+// usage errors before any input is read, naming the flag.
+func TestAlgoFlagMistakes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"median", "--input", digits, "--shards", "2"}, "--shards is for worker processes"},
+		{[]string{"median", "--input", digits, "--lease", "5s"}, "--lease is for worker processes"},
+		{[]string{"median", "--join", "http://127.0.0.1:1", "--input", digits, "--lease", "5s"}, "--lease is the coordinator's"},
+		{[]string{"median", "--serve", "127.0.0.1:0", "--shard", "1"}, "--shard binds a worker"},
+		{[]string{"median", "--input", digits, "--price", "0.1"}, "give it with --sample N"},
+		{[]string{"median", "--input", digits, "--sample", "-5"}, "--sample -5"},
+		{[]string{"median", "--input", digits, "--batch", "0"}, "--batch 0"},
+		{[]string{"median", "--input", digits, "--model", "no/such/dir/m.json"}, "the directory no/such/dir does not exist"},
+		{[]string{"linear-learner", "--input", digits, "--param", "classes=10"}, "learns from labels: give --label"},
+		{[]string{"factorization-machines", "--input", digits}, "learns from labels: give --label"},
+		{[]string{"moments", "--input", "x.jsonl", "--label", "last"}, "--label is for CSV input"},
+		{[]string{"median", "--input", "values.txt"}, "set --format csv, jsonl or libsvm"},
+		{[]string{"median", "--serve", ":0"}, "listens beyond this machine: set VIRGA_ALGO_TOKEN"},
+	} {
+		cmd := exec.Command(virgaBin, append([]string{"algo"}, c.args...)...)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(os.Environ(), "VIRGA_ALGO_TOKEN=")
+		b, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(b), c.want) {
+			t.Errorf("virga algo %v: %v\n%s; want an error saying %q", c.args, err, b, c.want)
+		}
+		if strings.Contains(string(b), "Options.") {
+			t.Errorf("virga algo %v speaks of the Go API's options: %s", c.args, b)
+		}
+	}
+}
+
+// TestAlgoStateOfAnotherAlgorithm: a checkpoint directory or --base state
+// of another algorithm is refused, in one process and by a coordinator,
+// naming the file and both algorithms, and the checkpoint is left as it
+// was; --token (or VIRGA_ALGO_TOKEN) is the coordinator's bearer token.
+func TestAlgoStateOfAnotherAlgorithm(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	if b, err := exec.Command(virgaBin, "algo", "moments", "--input", digits, "--label", "last", "--checkpoint", ckpt).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	before, err := os.ReadFile(filepath.Join(ckpt, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--input", digits, "--checkpoint", ckpt},
+		{"--input", digits, "--base", ckpt},
+		{"--serve", "127.0.0.1:0", "--checkpoint", ckpt},
+	} {
+		b, err := exec.Command(virgaBin, append([]string{"algo", "median"}, args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(b), "it is a state of moments; this run is median") || !strings.Contains(string(b), ckpt) {
+			t.Errorf("virga algo median %v over a moments state: %v\n%s; want it refused, naming %s and both algorithms", args, err, b, ckpt)
+		}
+	}
+	if after, _ := os.ReadFile(filepath.Join(ckpt, "state.json")); string(after) != string(before) {
+		t.Error("a refused resume changed the checkpoint")
+	}
+
+	port := freePort(t)
+	coord := exec.Command(virgaBin, "algo", "median", "--serve", "127.0.0.1:"+strconv.Itoa(port), "--shards", "1", "--token", "s3cret")
+	if err := coord.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = coord.Process.Kill(); _ = coord.Wait() }()
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	join := func(env ...string) ([]byte, error) {
+		cmd := exec.Command(virgaBin, "algo", "median", "--join", url, "--input", digits)
+		cmd.Env = append(os.Environ(), env...)
+		return cmd.CombinedOutput()
+	}
+	if b, err := join("VIRGA_ALGO_TOKEN="); err == nil || !strings.Contains(string(b), "token") {
+		t.Errorf("a worker without the token: %v\n%s; want it refused, saying the token", err, b)
+	}
+	if b, err := join("VIRGA_ALGO_TOKEN=s3cret"); err != nil {
+		t.Errorf("a worker with the token: %v\n%s", err, b)
+	}
+	if err := coord.Wait(); err != nil {
+		t.Errorf("the coordinator: %v", err)
+	}
+}
+
 // TestAlgoWorkerErrors: flags that belong to the coordinator are refused on
 // a worker, estimates and zero intervals on a coordinator; a worker whose
 // input fails (an http input that refuses) ends at once with that error
@@ -406,14 +492,16 @@ func TestAlgoWorkerErrors(t *testing.T) {
 	defer func() { _ = coord.Process.Kill(); _ = coord.Wait() }()
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	for _, c := range []struct {
+		alg  string
 		args []string
 		want string
 	}{
-		{[]string{"--input", "http://127.0.0.1:1/values.csv", "--param", "features=1"}, "127.0.0.1:1"},
-		{[]string{"--input", digits, "--shard", "0", "--shards", "3"}, "the coordinator splits the input into 2 shards"},
+		{"median", []string{"--input", "http://127.0.0.1:1/values.csv", "--param", "features=1"}, "127.0.0.1:1"},
+		{"median", []string{"--input", digits, "--shard", "0", "--shards", "3"}, "the coordinator splits the input into 2 shards"},
+		{"moments", []string{"--input", digits}, "this coordinator holds the state of median; a worker of moments cannot join it"},
 	} {
 		start := time.Now()
-		cmd := exec.Command(virgaBin, append([]string{"algo", "median", "--join", url}, c.args...)...)
+		cmd := exec.Command(virgaBin, append([]string{"algo", c.alg, "--join", url}, c.args...)...)
 		b, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(b), c.want) {
 			t.Errorf("worker %v: %v\n%s; want an error naming %q", c.args, err, b, c.want)

@@ -281,3 +281,7 @@ func TestAlgoBuiltinsSaveModels(t *testing.T) {
 		t.Errorf("a misspelt --param: %v\n%s; want a usage error naming it and the parameters there are", err, b)
 	}
 }
+
+// readState reads a checkpoint's tensors: a checkpoint directory or its
+// state.json.
+func readState(path string) (map[string]elastic.Tensor, error) { return elastic.ReadState(path) }
