@@ -103,8 +103,13 @@ func RunShardPasses(ctx context.Context, alg Algorithm, st State, shard, passes 
 	tx := newBatchState(st)
 	for ; pass < passes; pass++ {
 		src, err := open(ctx, shard, at)
-		if err != nil {
-			return fmt.Errorf("shard %d, pass %d, at row %d: %w", shard, pass+1, at, err)
+		switch {
+		case err != nil && passes > 1:
+			return fmt.Errorf("pass %d, at row %d: %w", pass+1, at, err)
+		case err != nil && at > 0:
+			return fmt.Errorf("at row %d: %w", at, err)
+		case err != nil:
+			return err // the caller names the shard
 		}
 		for {
 			b, err := src.Next(ctx)

@@ -253,6 +253,9 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if join != "" && cmd.Flags().Changed("epochs") {
 				return usageError{errors.New("--epochs belongs to the coordinator (--serve --epochs N): its workers read as many passes as it says")}
 			}
+			if in == "-" && (workers > 1 || cmd.Flags().Changed("shards")) {
+				return usageError{errors.New("--input - (standard input) is read once, by one reader: it cannot be split among --workers or --shards")}
+			}
 			if epochs > 1 && (in == "-" || input.IsNetwork(in)) {
 				return usageError{fmt.Errorf("--epochs %d: %s is a stream read once; several passes need a file", epochs, in)}
 			}
@@ -525,6 +528,7 @@ var optionFlags = strings.NewReplacer(
 	"set Options.Header", "give --header",
 	"(set Options.Features)", "(set --param features=N to the largest index)",
 	"(Options.Features)", "(--param features=N)",
+	"(Config.Features)", "(the input's width, or --param features=N)",
 	"(Options.Split = SplitRanges)", "(--split ranges)",
 	"lower Options.BatchRows", "lower --batch",
 	"want SplitAuto, SplitRows or SplitRanges", "want --split auto, rows or ranges",

@@ -399,6 +399,7 @@ func TestAlgoFlagMistakes(t *testing.T) {
 		{[]string{"moments", "--input", "x.jsonl", "--label", "last"}, "--label is for CSV input"},
 		{[]string{"median", "--input", "values.txt"}, "set --format csv, jsonl or libsvm"},
 		{[]string{"median", "--serve", ":0"}, "listens beyond this machine: set VIRGA_ALGO_TOKEN"},
+		{[]string{"median", "--input", "-", "--format", "csv", "--param", "features=1", "--workers", "2"}, "read once, by one reader"},
 	} {
 		cmd := exec.Command(virgaBin, append([]string{"algo"}, c.args...)...)
 		cmd.Dir = t.TempDir()

@@ -128,6 +128,11 @@ func OpenShardAt(uri string, opts Options, shard, shards int, pos int64) (Source
 	if opts.Split == SplitRanges && (network || uri == "-") {
 		return nil, fmt.Errorf("%s: %w", uri, ErrNotSplittable)
 	}
+	if uri == "-" && shards > 1 {
+		// Every reader would take its rows from the one stream: each would
+		// see some of the lines, and the rows of the others would be lost.
+		return nil, fmt.Errorf("standard input is read once, by one reader: it cannot be shard %d of %d", shard, shards)
+	}
 	name := uri
 	if network {
 		u, err := url.Parse(uri)

@@ -457,7 +457,9 @@ func TestErrors(t *testing.T) {
 		{"d.jsonl", `[1, 2]`, Options{}, `d.jsonl:1: want an object {"x": [numbers], "y": number}: json: cannot unmarshal array`},
 		{"d.jsonl", `{"x": [1], "features": [2]}`, Options{}, `d.jsonl:1: both "x" and "features"`},
 		{"d.jsonl", `{"x": [1, null]}`, Options{}, `d.jsonl:1: feature 2: null, not a number`},
-		{"d.jsonl", `{"x": [1], "y": "a"}`, Options{}, `d.jsonl:1: want an object {"x": [numbers], "y": number}: json: cannot unmarshal string`},
+		{"d.jsonl", `{"x": [1], "y": "a"}`, Options{}, `d.jsonl:1: field "y" is a JSON string; want an object {"x": [numbers], "y": number}`},
+		{"d.jsonl", `{"x": [1, true]}`, Options{}, `d.jsonl:1: field "x" is a JSON bool;`},
+		{"d.jsonl", `{"x": [1}`, Options{}, `d.jsonl:1: want an object {"x": [numbers], "y": number}: `},
 		{"d.svm", "1 1:1\n1 0:2\n", Options{}, `d.svm:2: "0:2": the index is not an integer from 1 to 1048576`},
 		{"d.svm", "1 2:1 2:3\n", Options{}, `d.svm:1: index 2 repeated`},
 		{"d.svm", "1 2:1\n1 5:1\n", Options{Features: 4}, `d.svm:2: index 5 beyond the 4 features (Options.Features)`},
@@ -545,5 +547,14 @@ func TestReadAllDigits(t *testing.T) {
 	}
 	if cols != 64 || len(y) != 1797 || len(x) != 1797*64 {
 		t.Fatalf("%d labels, %d values of width %d; want 1797 rows of 64", len(y), len(x), cols)
+	}
+}
+
+// TestStdinIsOneShard: standard input cannot be split among readers (each
+// would see some lines of the one stream, and lose the others').
+func TestStdinIsOneShard(t *testing.T) {
+	_, err := OpenShard("-", Options{Format: CSV}, 1, 2)
+	if err == nil || !strings.Contains(err.Error(), "standard input is read once") {
+		t.Fatalf("standard input as shard 1 of 2: %v; want an error", err)
 	}
 }

@@ -133,6 +133,10 @@ func (p *jsonParser) begin() { p.x, p.y = nil, nil }
 func (p *jsonParser) row(line []byte) error {
 	var r jsonRow
 	if err := json.Unmarshal(line, &r); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return fmt.Errorf(`field %q is a JSON %s; want an object {"x": [numbers], "y": number}`, te.Field, te.Value)
+		}
 		return fmt.Errorf(`want an object {"x": [numbers], "y": number}: %v`, err)
 	}
 	x, y := r.X, r.Y

@@ -306,7 +306,7 @@ func (f *FM) Update(ctx context.Context, s elastic.State, b *elastic.Batch) erro
 		return nil
 	}
 	if b.Cols != f.d {
-		return fmt.Errorf("fm: batch of %d columns; the machine has %d features", b.Cols, f.d)
+		return fmt.Errorf("fm: a batch of %d feature columns; the machine has %d (Config.Features)", b.Cols, f.d)
 	}
 	if len(b.Y) != rows {
 		return fmt.Errorf("fm: batch of %d rows has %d labels; want one label per row", rows, len(b.Y))

@@ -462,7 +462,7 @@ func TestConfigErrors(t *testing.T) {
 		want string
 	}{
 		{&elastic.Batch{X: []float64{1, 2}, Cols: 2, Y: []float64{1}}, "Initialize must run before the first batch"},
-		{&elastic.Batch{X: []float64{1, 2, 3}, Cols: 3, Y: []float64{1}}, "batch of 3 columns; the machine has 2 features"},
+		{&elastic.Batch{X: []float64{1, 2, 3}, Cols: 3, Y: []float64{1}}, "a batch of 3 feature columns; the machine has 2"},
 		{&elastic.Batch{X: []float64{1, 2}, Cols: 2}, "batch of 1 rows has 0 labels"},
 		{&elastic.Batch{X: []float64{1, 2, 3, 4}, Cols: 2, Y: []float64{1, math.NaN()}}, "the label of row 1 of the batch is NaN; want a finite number"},
 	} {

@@ -302,7 +302,7 @@ func (l *Learner) Update(ctx context.Context, s elastic.State, b *elastic.Batch)
 		return nil
 	}
 	if b.Cols != l.d {
-		return fmt.Errorf("linear: batch of %d columns, want %d", b.Cols, l.d)
+		return fmt.Errorf("linear: a batch of %d feature columns; the model has %d (Config.Features)", b.Cols, l.d)
 	}
 	if len(b.Y) != rows {
 		return fmt.Errorf("linear: batch of %d rows has %d labels", rows, len(b.Y))
