@@ -81,7 +81,7 @@ if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
   fuzz FuzzDecode 10 ./internal/agent
   fuzz FuzzReadModel 10 ./elastic
   fuzz FuzzDecodeDeltas 10 ./elastic
-  for f in FuzzCSV FuzzJSONLines FuzzLibSVM FuzzRanges; do
+  for f in FuzzCSV FuzzJSONLines FuzzLibSVM FuzzLibSVMWidth FuzzRanges; do
     fuzz "$f" 10 ./elastic/input
   done
   fuzz FuzzRestore 15 ./internal/search

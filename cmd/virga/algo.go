@@ -36,6 +36,7 @@ type builtin struct {
 	name, summary string
 	params        []string // the names --param takes (and "features", the input's width, for all)
 	labelled      bool     // it learns from labels
+	wide          bool     // its state's size is the input's width
 	// make builds the algorithm from its parameters (flags --param k=v and
 	// the trial's hyperparameters) and the input's width (its number of
 	// feature columns), and returns how to save its final model.
@@ -53,7 +54,7 @@ var builtins = map[string]builtin{
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			return elastic.Moments{}, vectors("moments", ps), nil
 		}},
-	"linear-learner": {name: "linear-learner", labelled: true, params: []string{"classes", "learning_rate", "l2", "validation_fraction"}, summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
+	"linear-learner": {name: "linear-learner", labelled: true, wide: true, params: []string{"classes", "learning_rate", "l2", "validation_fraction"}, summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
 		make: makeLinear},
 	"kmeans": {name: "kmeans", params: []string{"k", "seed"}, summary: "streaming mini-batch k-means, the collected centres reduced to k by k-means++ (params: k, seed)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
@@ -69,7 +70,7 @@ var builtins = map[string]builtin{
 				return km.Saved(ps), nil
 			}, nil
 		}},
-	"factorization-machines": {name: "factorization-machines", labelled: true, params: []string{"classes", "factors", "learning_rate", "l2_w", "l2_v", "sgd", "seed"}, summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
+	"factorization-machines": {name: "factorization-machines", labelled: true, wide: true, params: []string{"classes", "factors", "learning_rate", "l2_w", "l2_v", "sgd", "seed"}, summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
 		make: makeFM},
 	"pca": {name: "pca", params: []string{"k"}, summary: "principal components from the streaming covariance (params: k)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
@@ -270,11 +271,24 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if len(ignored) > 0 {
 				fmt.Fprintf(g.stderr, "virga algo: hyperparameters %s are not parameters of %s; ignored\n", strings.Join(ignored, ", "), b.name)
 			}
+			// The width: the learners' state is sized by it, and every
+			// reader of a libsvm input must produce rows of the same one.
 			width := int(ps["features"])
-			if width == 0 && in != "" {
-				if width, err = inputWidth(cmd.Context(), in, opts); err != nil {
+			svm := opts.Format == input.LibSVM
+			if f, err := input.FormatOf(in); opts.Format == "" && err == nil {
+				svm = f == input.LibSVM
+			}
+			if width == 0 && in != "" && (b.wide || svm) {
+				if in == "-" || input.IsNetwork(in) {
+					if b.wide {
+						return usageError{fmt.Errorf("the width of %s, a stream, cannot be read in advance: give --param features=D", in)}
+					}
+				} else if width, err = input.Width(cmd.Context(), in, opts); err != nil {
 					return err
 				}
+			}
+			if svm && width > 0 {
+				opts.Features = width
 			}
 			alg, save, err := b.make(ps, width)
 			if err != nil {
@@ -939,23 +953,6 @@ func finalMetrics(m elastic.Model, saved *elastic.SavedModel, rows int64) map[st
 	}
 	metrics["rows"] = float64(rows)
 	return metrics
-}
-
-// inputWidth is the number of feature columns of an input's first row.
-func inputWidth(ctx context.Context, uri string, opts input.Options) (int, error) {
-	if uri == "-" || input.IsNetwork(uri) {
-		return 0, errors.New("the width of a stream is not read in advance: give --param features=D")
-	}
-	src, err := input.Open(uri, opts)
-	if err != nil {
-		return 0, err
-	}
-	defer src.Close()
-	b, err := src.Next(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("%s: reading the first rows: %w", uri, err)
-	}
-	return b.Cols, nil
 }
 
 // gangEnv is this process's place in a trial of several processes: the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -648,4 +649,43 @@ func TestAlgoIncremental(t *testing.T) {
 		t.Fatalf("coordinator: %v", err)
 	}
 	check("coordinator and a worker", model)
+}
+
+// TestAlgoLibSVMShardsAgree: the shards of a libsvm file whose larger
+// indices come late are read at the width of the whole file by every
+// worker (the command scans the file for it; worker processes are given
+// the same options), so the algorithms see every row at one width.
+func TestAlgoLibSVMShardsAgree(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "late.libsvm")
+	var b strings.Builder
+	const n = 4000
+	for i := range n {
+		k := 3
+		if i >= n/2 {
+			k = 9
+		}
+		fmt.Fprintf(&b, "%d 1:%d %d:1\n", i%2, i%2, k)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []string{"linear-learner", "moments"} {
+		model := filepath.Join(dir, alg+".json")
+		out, err := exec.Command(virgaBin, "algo", alg, "--input", path, "--param", "classes=2", "--workers", "2", "--model", model).CombinedOutput()
+		if alg == "moments" {
+			out, err = exec.Command(virgaBin, "algo", alg, "--input", path, "--workers", "2", "--model", model).CombinedOutput()
+		}
+		if err != nil {
+			t.Fatalf("%s over 2 shards of late.libsvm: %v\n%s", alg, err, out)
+		}
+		m := loadModel(t, model)
+		if alg == "moments" {
+			if got := m.Tensors["count"].Data[0]; got != n || len(m.Tensors["mean"].Data) != 9 {
+				t.Errorf("moments: %v rows of width %d; want %d of 9", got, len(m.Tensors["mean"].Data), n)
+			}
+		} else if w := m.Tensors["mean"].Shape[0]; w != 9 {
+			t.Errorf("linear-learner: a model of %d features; want 9", w)
+		}
+	}
 }

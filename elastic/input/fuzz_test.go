@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -62,5 +63,35 @@ func FuzzLibSVM(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, features uint16, shards uint8) {
 		n := int(shards%4) + 1
 		fuzzRead(t, data, Options{Format: LibSVM, Features: int(features % 1000)}, 0, n)
+	})
+}
+
+// FuzzLibSVMWidth: the width scan never panics, and a reader given the
+// width it finds never meets an index beyond it.
+func FuzzLibSVMWidth(f *testing.F) {
+	f.Add([]byte("1 1:2 3:4\n0 2:1\n-1 qid:1 5:1 # c\n1\n"))
+	f.Add([]byte("+1 1:1\n1 0:1\n1 2:1 2:1\n"))
+	f.Add([]byte("1 9999999:1\n1 1:x # 7:1\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w, err := scanWidth(bytes.NewReader(data), "f")
+		if err != nil {
+			return
+		}
+		src, err := NewReader(bytes.NewReader(data), "f", Options{Format: LibSVM, Features: w})
+		if err != nil {
+			return
+		}
+		for {
+			b, err := src.Next(context.Background())
+			if err != nil {
+				if strings.Contains(err.Error(), "beyond") {
+					t.Fatalf("width %d, yet the reader says %v", w, err)
+				}
+				return
+			}
+			if b.Cols != w {
+				t.Fatalf("width %d, a batch of %d columns", w, b.Cols)
+			}
+		}
 	})
 }

@@ -558,3 +558,60 @@ func TestStdinIsOneShard(t *testing.T) {
 		t.Fatalf("standard input as shard 1 of 2: %v; want an error", err)
 	}
 }
+
+// TestWidth: a libsvm file's width is its largest index anywhere (not the
+// first batch's), plain or gzip; a CSV file's is its first row's; a
+// stream's cannot be known in advance.
+func TestWidth(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := range 3000 {
+		k := 5
+		if i > 2500 {
+			k = 11
+		}
+		fmt.Fprintf(&b, "%d 1:0.5 %d:1 # row %d\n", i%2, k, i)
+	}
+	plain := filepath.Join(dir, "a.libsvm")
+	if err := os.WriteFile(plain, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var z bytes.Buffer
+	gz := gzip.NewWriter(&z)
+	_, _ = gz.Write([]byte(b.String()))
+	_ = gz.Close()
+	zipped := filepath.Join(dir, "a.svm.gz")
+	if err := os.WriteFile(zipped, z.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	csv := filepath.Join(dir, "a.csv")
+	if err := os.WriteFile(csv, []byte("1,2,3\n4,5,6\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for path, want := range map[string]int{plain: 11, zipped: 11, csv: 3} {
+		if got, err := Width(ctx, path, Options{}); err != nil || got != want {
+			t.Errorf("Width(%s) = %d, %v; want %d", filepath.Base(path), got, err, want)
+		}
+	}
+	// Every shard's reader, given the width, produces rows of that width.
+	for k := range 2 {
+		src, err := OpenShard(plain, Options{Features: 11}, k, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bt, err := src.Next(ctx)
+		src.Close()
+		if err != nil || bt.Cols != 11 {
+			t.Errorf("shard %d of a.libsvm with Features 11: %v columns, %v", k, bt.Cols, err)
+		}
+	}
+	bad := filepath.Join(dir, "bad.libsvm")
+	_ = os.WriteFile(bad, []byte("1 1:1\n0 x:2\n"), 0o644)
+	if _, err := Width(ctx, bad, Options{}); err == nil || !strings.Contains(err.Error(), "bad.libsvm:2") {
+		t.Errorf("Width of a file with a bad index on line 2: %v; want an error naming bad.libsvm:2", err)
+	}
+	if _, err := Width(ctx, "-", Options{Format: CSV}); err == nil {
+		t.Error("Width of standard input: no error")
+	}
+}
