@@ -13,6 +13,17 @@ type Delta struct {
 	Delta Tensor
 }
 
+// ShapeError is a push whose delta is of another length than its tensor
+// (e.g. an input of another width than the state was made for).
+type ShapeError struct {
+	Key           string
+	Delta, Tensor int // their lengths
+}
+
+func (e *ShapeError) Error() string {
+	return fmt.Sprintf("push to %q: delta of %d elements, the tensor has %d", e.Key, e.Delta, e.Tensor)
+}
+
 // Committer is a State that applies several pushes as one: a snapshot of
 // the state (a checkpoint) holds all of them or none. The runtimes commit
 // each batch's pushes together with the shard's position, so that a batch
@@ -38,7 +49,7 @@ func (m *MemState) PushAll(_ context.Context, deltas []Delta) error {
 			}
 		}
 		if ok && want != len(d.Delta) {
-			return fmt.Errorf("push to %q: delta of %d elements, the tensor has %d", d.Key, len(d.Delta), want)
+			return &ShapeError{Key: d.Key, Delta: len(d.Delta), Tensor: want}
 		}
 		lens[d.Key] = len(d.Delta)
 	}
@@ -85,7 +96,7 @@ func (b *batchState) Pull(ctx context.Context, key string) (Tensor, error) {
 		return append(Tensor(nil), p...), nil
 	}
 	if len(t) != len(p) {
-		return nil, fmt.Errorf("push to %q: delta of %d elements, the tensor has %d", key, len(p), len(t))
+		return nil, &ShapeError{Key: key, Delta: len(p), Tensor: len(t)}
 	}
 	for i, v := range p {
 		t[i] += v
@@ -102,7 +113,7 @@ func (b *batchState) Push(_ context.Context, key string, delta Tensor) error {
 		return nil
 	}
 	if len(p) != len(delta) {
-		return fmt.Errorf("push to %q: delta of %d elements, the tensor has %d", key, len(delta), len(p))
+		return &ShapeError{Key: key, Delta: len(delta), Tensor: len(p)}
 	}
 	for i, v := range delta {
 		p[i] += v

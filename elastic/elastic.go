@@ -112,7 +112,7 @@ func (m *MemState) Push(_ context.Context, key string, delta Tensor) error {
 	case !ok:
 		m.tensors[key] = append(Tensor(nil), delta...)
 	case len(t) != len(delta):
-		return fmt.Errorf("push to %q: delta of %d elements, the tensor has %d", key, len(delta), len(t))
+		return &ShapeError{Key: key, Delta: len(delta), Tensor: len(t)}
 	default:
 		for i, d := range delta {
 			t[i] += d

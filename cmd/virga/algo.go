@@ -368,8 +368,12 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			}
 			start := time.Now()
 			m, st, err := job.Run(ctx)
-			if errors.Is(err, elastic.ErrNotItsState) {
+			var shape *elastic.ShapeError
+			switch {
+			case errors.Is(err, elastic.ErrNotItsState):
 				err = fmt.Errorf("%w (use another --checkpoint directory, or remove this one)", err)
+			case errors.As(err, &shape) && base != "":
+				err = fmt.Errorf("%w (the --base state %s was made over input of another width?)", err, base)
 			}
 			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 				fmt.Fprintln(g.stderr, "virga algo: stopped; the checkpoint holds the state")

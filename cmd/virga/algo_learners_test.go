@@ -442,6 +442,12 @@ func TestAlgoStateOfAnotherAlgorithm(t *testing.T) {
 	if after, _ := os.ReadFile(filepath.Join(ckpt, "state.json")); string(after) != string(before) {
 		t.Error("a refused resume changed the checkpoint")
 	}
+	// The same algorithm over input of another width (the label column
+	// read as a feature this time).
+	b, err := exec.Command(virgaBin, "algo", "moments", "--input", digits, "--base", ckpt).CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "made over input of another width") {
+		t.Errorf("moments over 65 columns from a base of 64: %v\n%s; want an error pointing at --base", err, b)
+	}
 
 	port := freePort(t)
 	coord := exec.Command(virgaBin, "algo", "median", "--serve", "127.0.0.1:"+strconv.Itoa(port), "--shards", "1", "--token", "s3cret")
