@@ -250,28 +250,16 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_, _ = w.Write(encodeTensor(t))
-	case "/push":
+	case "/push", "/commit":
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<31))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+		var deltas []Delta
+		if err == nil && r.URL.Path == "/push" {
+			var t Tensor
+			t, err = decodeTensor(body)
+			deltas = []Delta{{Key: q.Get("key"), Delta: t}}
+		} else if err == nil {
+			deltas, err = decodeDeltas(body)
 		}
-		t, err := decodeTensor(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if err := c.State.Push(ctx, q.Get("key"), t); err != nil {
-			http.Error(w, err.Error(), http.StatusConflict)
-			return
-		}
-	case "/commit":
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<31))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		deltas, err := decodeDeltas(body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
