@@ -176,6 +176,10 @@ Under Virga (an experiment's entrypoint) the algorithm's state and each shard's 
 to VIRGA_CHECKPOINT_DIR as it goes and on SIGTERM, and a restarted trial resumes where it stopped; progress
 is reported as the metric "rows". Parameters come from --param name=value and the trial's hyperparameters.
 
+--serve ADDR makes this process the coordinator of worker processes (--join URL) that claim shards of
+the input; they authenticate with VIRGA_ALGO_TOKEN (or --token), which a coordinator listening beyond
+loopback requires. A checkpoint or --base state records its algorithm and is refused by another.
+
 --sample N runs on the first N rows of each shard only and prints the rows per second per worker and,
 with --price (USD per worker-hour), the time and cost of the whole input.
 
