@@ -217,11 +217,6 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if err := checkLabel(b, in, opts, cmd.Flags().Changed("label")); err != nil {
 				return err
 			}
-			if modelOut != "" {
-				if d := filepath.Dir(modelOut); !isDir(d) {
-					return usageError{fmt.Errorf("--model %s: the directory %s does not exist", modelOut, d)}
-				}
-			}
 			if workers < 1 {
 				return usageError{errors.New("--workers must be at least 1")}
 			}
@@ -242,6 +237,11 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if err := checkAlgoFlags(cmd, multi, serve, join, sample, price, batch); err != nil {
 				return err
 			}
+			if modelOut != "" && gang.Rank == 0 { // in a gang, rank 0 writes it
+				if d := filepath.Dir(modelOut); !isDir(d) {
+					return usageError{fmt.Errorf("--model %s: the directory %s does not exist", modelOut, d)}
+				}
+			}
 			token := algoToken(cmd, g, gang)
 			if serve != "" && token == "" && !loopback(serve) {
 				return usageError{fmt.Errorf("--serve %s listens beyond this machine: set VIRGA_ALGO_TOKEN (or --token) to a secret that its workers are given too, or serve on 127.0.0.1", serve)}
@@ -258,7 +258,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if join != "" && cmd.Flags().Changed("epochs") {
 				return usageError{errors.New("--epochs belongs to the coordinator (--serve --epochs N): its workers read as many passes as it says")}
 			}
-			if in == "-" && (workers > 1 || cmd.Flags().Changed("shards")) {
+			if in == "-" && (workers > 1 || shards > 1) {
 				return usageError{errors.New("--input - (standard input) is read once, by one reader: it cannot be split among --workers or --shards")}
 			}
 			if epochs > 1 && (in == "-" || input.IsNetwork(in)) {
@@ -493,8 +493,13 @@ func checkAlgoFlags(cmd *cobra.Command, multi bool, serve, join string, sample i
 			}
 		}
 	}
-	if serve == "" && changed("lease") {
+	if join != "" && changed("lease") {
 		return usageError{errors.New("--lease is the coordinator's (--serve): its workers learn it when they join")}
+	}
+	if serve != "" {
+		if _, _, err := net.SplitHostPort(serve); err != nil {
+			return usageError{fmt.Errorf("--serve %q: want an address host:port or :port", serve)}
+		}
 	}
 	if join == "" && changed("shard") {
 		return usageError{errors.New("--shard binds a worker (--join) to one shard")}

@@ -287,13 +287,14 @@ func TestAlgoWorkersComeAndGo(t *testing.T) {
 
 // TestAlgoAsGangTrial: a trial of two processes (resources.processes_per_node:
 // 2) running `virga algo linear-learner`: rank 0 is the coordinator and a
-// worker, rank 1 a worker; both read shards (disjoint), and the trial
-// reports every row of every pass and the validation loss.
+// worker, rank 1 a worker (the coordinator's flags such as --lease are
+// given to both); both read shards (disjoint), and the trial reports every
+// row of every pass and the validation loss.
 func TestAlgoAsGangTrial(t *testing.T) {
 	dir := t.TempDir()
 	exp := filepath.Join(dir, "gang.yaml")
 	y := `name: algo-gang
-entrypoint: [` + virgaBin + `, algo, linear-learner, --input, ` + digits + `, --label, last, --param, classes=10, --epochs, "4", --batch, "16", --checkpoint-every, 50ms]
+entrypoint: [` + virgaBin + `, algo, linear-learner, --input, ` + digits + `, --label, last, --param, classes=10, --epochs, "4", --batch, "16", --checkpoint-every, 50ms, --lease, 5s]
 objective: {metric: validation_loss, direction: minimize}
 resources: {cpu: 0.5, processes_per_node: 2}
 `
@@ -401,6 +402,7 @@ func TestAlgoFlagMistakes(t *testing.T) {
 		{[]string{"median", "--input", "values.txt"}, "set --format csv, jsonl or libsvm"},
 		{[]string{"median", "--serve", ":0"}, "listens beyond this machine: set VIRGA_ALGO_TOKEN"},
 		{[]string{"median", "--input", "-", "--format", "csv", "--param", "features=1", "--workers", "2"}, "read once, by one reader"},
+		{[]string{"median", "--serve", "127.0.0.1"}, "want an address host:port or :port"},
 	} {
 		cmd := exec.Command(virgaBin, append([]string{"algo"}, c.args...)...)
 		cmd.Dir = t.TempDir()
