@@ -327,10 +327,21 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				// worker, the others workers; they share 4 shards each.
 				n := max(shards, 4*gang.WorldSize)
 				url := "http://" + net.JoinHostPort(gang.MasterAddr, strconv.Itoa(gang.MasterPort))
+				// A gang on one machine keeps its coordinator on loopback; one
+				// across machines listens on every address and needs a token
+				// (under Virga, derived from the trial's).
+				master := net.JoinHostPort(gang.MasterAddr, strconv.Itoa(gang.MasterPort))
+				addr := master
+				if !loopback(master) {
+					if token == "" {
+						return usageError{fmt.Errorf("a gang across machines (MASTER_ADDR %s) needs a token between its ranks: set VIRGA_ALGO_TOKEN on every rank (under Virga the trial's token is used)", gang.MasterAddr)}
+					}
+					addr = ":" + strconv.Itoa(gang.MasterPort)
+				}
 				if gang.Rank > 0 {
 					return runWorker(ctx, g, b.name, alg, url, in, opts, -1, 0, token)
 				}
-				c := &coordinator{addr: ":" + strconv.Itoa(gang.MasterPort), shards: n, passes: epochs, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState,
+				c := &coordinator{addr: addr, shards: n, passes: epochs, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState,
 					expect: gang.WorldSize, token: token}
 				if t.Managed() {
 					c.ckptDir = t.CheckpointDir()

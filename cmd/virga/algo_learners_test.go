@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -403,10 +404,17 @@ func TestAlgoFlagMistakes(t *testing.T) {
 		{[]string{"median", "--serve", ":0"}, "listens beyond this machine: set VIRGA_ALGO_TOKEN"},
 		{[]string{"median", "--input", "-", "--format", "csv", "--param", "features=1", "--workers", "2"}, "read once, by one reader"},
 		{[]string{"median", "--serve", "127.0.0.1"}, "want an address host:port or :port"},
+		{[]string{"median", "--input", digits, "--gang", "node7"}, "a gang across machines (MASTER_ADDR node7) needs a token"},
 	} {
-		cmd := exec.Command(virgaBin, append([]string{"algo"}, c.args...)...)
+		args := c.args
+		env := append(os.Environ(), "VIRGA_ALGO_TOKEN=", "VIRGA_TOKEN=")
+		if i := slices.Index(args, "--gang"); i >= 0 { // a rank of a gang: its launcher's variables
+			env = append(env, "WORLD_SIZE=2", "RANK=1", "MASTER_ADDR="+args[i+1], "MASTER_PORT=29500")
+			args = slices.Delete(slices.Clone(args), i, i+2)
+		}
+		cmd := exec.Command(virgaBin, append([]string{"algo"}, args...)...)
 		cmd.Dir = t.TempDir()
-		cmd.Env = append(os.Environ(), "VIRGA_ALGO_TOKEN=")
+		cmd.Env = env
 		b, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(b), c.want) {
 			t.Errorf("virga algo %v: %v\n%s; want an error saying %q", c.args, err, b, c.want)
