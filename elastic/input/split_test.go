@@ -414,6 +414,9 @@ func FuzzRanges(f *testing.F) {
 	f.Add([]byte("\xef\xbb\xbfh\n\r\n 1 \n  # x\n2"), uint8(5), true, uint8(1))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte, shards uint8, header bool, at uint8) {
+		if isGzip(data) {
+			return // gzip content is read whole, never by ranges (TestRangeErrors)
+		}
 		n := int(shards%8) + 1
 		file, err := os.CreateTemp(dir, "f*.csv")
 		if err != nil {
