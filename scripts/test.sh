@@ -37,6 +37,12 @@ trap cleanup EXIT
 scripts/slurm.sh start
 export VIRGA_TEST_SLURM=1
 
+echo "== go mod tidy (go.mod and go.sum must be tidy)"
+if ! go mod tidy -diff; then
+  echo "go.mod or go.sum is not tidy: run go mod tidy and commit the result" >&2
+  exit 1
+fi
+
 echo "== go vet"
 go vet ./...
 

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"

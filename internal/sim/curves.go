@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/virga-ml/virga/internal/search/replay"
 	"github.com/virga-ml/virga/internal/spec"

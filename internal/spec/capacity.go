@@ -35,7 +35,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Capacity is a parsed, validated capacity file with defaults applied.

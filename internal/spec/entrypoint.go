@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 const entrypointExample = `a command list like [python3, train.py], a command string like "python3 train.py", or {command: ..., workdir: ..., env: ...}`

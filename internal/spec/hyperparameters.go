@@ -5,7 +5,7 @@ import (
 	"math"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 const hpExample = "a definition like {type: float, min: 0.001, max: 0.1} or a constant value"
