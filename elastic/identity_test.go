@@ -3,6 +3,7 @@ package elastic
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -76,5 +77,53 @@ func TestCheckpointOfAnotherAlgorithmRefused(t *testing.T) {
 	inc := &Job{Alg: Median{}, Name: "median", Shards: 1, Base: before.Tensors, Open: SliceOpener(x, nil, 1, 1, 100)}
 	if _, _, err := inc.Run(ctx); !errors.Is(err, ErrNotItsState) {
 		t.Errorf("median from a moments base state: %v; want ErrNotItsState", err)
+	}
+}
+
+// TestCoordinatorRoutes: the coordinator answers its routes with their
+// methods only (405 otherwise, 404 for a path it does not serve), and with
+// a token set, every route wants exactly that bearer token.
+func TestCoordinatorRoutes(t *testing.T) {
+	c := NewCoordinator(NewMemState(0))
+	c.Token = "s3cret"
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	call := func(method, path, auth string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		method, path, auth string
+		want               int
+	}{
+		{"POST", "/join", "", http.StatusUnauthorized},
+		{"POST", "/join", "Bearer s3cre", http.StatusUnauthorized},
+		{"POST", "/join", "Bearer s3cret2", http.StatusUnauthorized},
+		{"POST", "/join", "s3cret", http.StatusUnauthorized},
+		{"GET", "/snapshot", "Bearer wrong", http.StatusUnauthorized},
+		{"POST", "/join", "Bearer s3cret", http.StatusOK},
+		{"GET", "/snapshot", "Bearer s3cret", http.StatusOK},
+		{"GET", "/join", "Bearer s3cret", http.StatusMethodNotAllowed},
+		{"POST", "/snapshot", "Bearer s3cret", http.StatusMethodNotAllowed},
+		{"GET", "/push", "Bearer s3cret", http.StatusMethodNotAllowed},
+		{"POST", "/nothing", "Bearer s3cret", http.StatusNotFound},
+		{"POST", "/pull?worker=x", "Bearer s3cret", http.StatusBadRequest},
+		{"POST", "/pull?worker=1&instance=old", "Bearer s3cret", http.StatusGone},
+	} {
+		if got := call(tc.method, tc.path, tc.auth); got != tc.want {
+			t.Errorf("%s %s with %q: %d; want %d", tc.method, tc.path, tc.auth, got, tc.want)
+		}
 	}
 }

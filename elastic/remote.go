@@ -35,6 +35,7 @@ package elastic
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -71,6 +72,9 @@ type Coordinator struct {
 	workers  map[int64]time.Time // last heard from
 	claims   map[int]int64       // shard -> the worker reading it
 	left     int                 // workers that left or whose lease ran out
+
+	routes sync.Once
+	mux    *http.ServeMux
 }
 
 // NewCoordinator returns a coordinator of st with no members yet (st's
@@ -179,134 +183,166 @@ func (c *Coordinator) renew(id int64) bool {
 // A call of a worker that is not a member, or that joined another instance
 // of the coordinator, is answered 410 Gone.
 func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if c.Token != "" && r.Header.Get("Authorization") != "Bearer "+c.Token {
+	if c.Token != "" && !validBearer(r.Header.Get("Authorization"), c.Token) {
 		http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 		return
 	}
-	ctx := r.Context()
-	q := r.URL.Query()
-	if r.URL.Path == "/snapshot" && r.Method == http.MethodGet {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"tensors": c.State.Snapshot()})
+	c.routes.Do(func() {
+		m := http.NewServeMux()
+		m.HandleFunc("GET /snapshot", c.serveSnapshot)
+		m.HandleFunc("POST /join", c.serveJoin)
+		m.HandleFunc("POST /leave", c.member(c.serveLeave, false))
+		m.HandleFunc("POST /renew", c.member(func(http.ResponseWriter, *http.Request, int64) {}, true))
+		m.HandleFunc("POST /pull", c.member(c.servePull, true))
+		m.HandleFunc("POST /push", c.member(c.servePush, true))
+		m.HandleFunc("POST /commit", c.member(c.servePush, true))
+		m.HandleFunc("POST /claim", c.member(c.serveClaim, true))
+		m.HandleFunc("POST /barrier", c.member(c.serveBarrier, true))
+		c.mux = m
+	})
+	c.mux.ServeHTTP(w, r)
+}
+
+// validBearer reports whether an Authorization header carries token, in
+// time that does not depend on how much of it matches.
+func validBearer(header, token string) bool {
+	got, ok := strings.CutPrefix(header, "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+func (c *Coordinator) serveSnapshot(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"tensors": c.State.Snapshot()})
+}
+
+func (c *Coordinator) serveJoin(w http.ResponseWriter, r *http.Request) {
+	if a := r.URL.Query().Get("algorithm"); a != "" && c.Algorithm != "" && a != c.Algorithm {
+		http.Error(w, fmt.Sprintf("this coordinator holds the state of %s; a worker of %s cannot join it", c.Algorithm, a), http.StatusConflict)
 		return
 	}
-	if r.Method != http.MethodPost {
-		http.Error(w, "POST only", http.StatusMethodNotAllowed)
-		return
-	}
-	if r.URL.Path == "/join" {
-		if a := q.Get("algorithm"); a != "" && c.Algorithm != "" && a != c.Algorithm {
-			http.Error(w, fmt.Sprintf("this coordinator holds the state of %s; a worker of %s cannot join it", c.Algorithm, a), http.StatusConflict)
+	c.mu.Lock()
+	c.next++
+	id := c.next
+	c.workers[id] = c.now()
+	c.mu.Unlock()
+	c.State.Join()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(joined{Worker: id, Instance: c.instance, LeaseMS: c.lease().Milliseconds()})
+}
+
+// member wraps a call of a joined worker: it checks the worker's ID and
+// instance (410 if it joined another instance of the coordinator), expires
+// silent workers, and with renew also renews the caller's lease (410 if it
+// is no longer a member).
+func (c *Coordinator) member(h func(http.ResponseWriter, *http.Request, int64), renew bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		id, err := strconv.ParseInt(q.Get("worker"), 10, 64)
+		if err != nil {
+			http.Error(w, "worker: want the ID that /join gave", http.StatusBadRequest)
 			return
 		}
-		c.mu.Lock()
-		c.next++
-		id := c.next
-		c.workers[id] = c.now()
-		c.mu.Unlock()
-		c.State.Join()
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(joined{Worker: id, Instance: c.instance, LeaseMS: c.lease().Milliseconds()})
-		return
+		if q.Get("instance") != c.instance {
+			http.Error(w, fmt.Sprintf("worker %d joined another instance of the coordinator (it restarted); join again", id), http.StatusGone)
+			return
+		}
+		c.Expire()
+		if renew && !c.renew(id) {
+			http.Error(w, fmt.Sprintf("worker %d is not a member (its lease ran out); join again", id), http.StatusGone)
+			return
+		}
+		h(w, r, id)
 	}
-	id, err := strconv.ParseInt(q.Get("worker"), 10, 64)
+}
+
+func (c *Coordinator) serveLeave(_ http.ResponseWriter, _ *http.Request, id int64) {
+	c.mu.Lock()
+	_, ok := c.workers[id]
+	delete(c.workers, id)
+	if ok {
+		c.left++
+	}
+	c.mu.Unlock()
+	if ok {
+		c.State.Leave()
+	}
+}
+
+func (c *Coordinator) servePull(w http.ResponseWriter, r *http.Request, _ int64) {
+	t, err := c.State.Pull(r.Context(), r.URL.Query().Get("key"))
 	if err != nil {
-		http.Error(w, "worker: want the ID that /join gave", http.StatusBadRequest)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	if q.Get("instance") != c.instance {
-		http.Error(w, fmt.Sprintf("worker %d joined another instance of the coordinator (it restarted); join again", id), http.StatusGone)
+	if t == nil {
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	c.Expire()
-	if r.URL.Path == "/leave" {
-		c.mu.Lock()
-		_, ok := c.workers[id]
-		delete(c.workers, id)
-		if ok {
-			c.left++
-		}
-		c.mu.Unlock()
-		if ok {
-			c.State.Leave()
-		}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(encodeTensor(t))
+}
+
+// servePush serves /push (one tensor of the key in the query) and /commit
+// (many deltas, applied as one).
+func (c *Coordinator) servePush(w http.ResponseWriter, r *http.Request, _ int64) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<31))
+	var deltas []Delta
+	if err == nil && r.URL.Path == "/push" {
+		var t Tensor
+		t, err = decodeTensor(body)
+		deltas = []Delta{{Key: r.URL.Query().Get("key"), Delta: t}}
+	} else if err == nil {
+		deltas, err = decodeDeltas(body)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if !c.renew(id) {
-		http.Error(w, fmt.Sprintf("worker %d is not a member (its lease ran out); join again", id), http.StatusGone)
+	if err := c.State.PushAll(r.Context(), deltas); err != nil {
+		http.Error(w, err.Error(), http.StatusConflict)
+	}
+}
+
+func (c *Coordinator) serveClaim(w http.ResponseWriter, r *http.Request, id int64) {
+	want := -1
+	if v := r.URL.Query().Get("shard"); v != "" {
+		var err error
+		if want, err = strconv.Atoi(v); err != nil || want < 0 {
+			http.Error(w, fmt.Sprintf("shard %q: want a shard number", v), http.StatusBadRequest)
+			return
+		}
+	}
+	k, wait, err := c.claim(r.Context(), id, want)
+	if err != nil {
+		code := http.StatusBadRequest
+		if errors.Is(err, ErrHeld) {
+			code = http.StatusConflict
+		}
+		http.Error(w, err.Error(), code)
 		return
 	}
-	switch r.URL.Path {
-	case "/renew":
-	case "/pull":
-		t, err := c.State.Pull(ctx, q.Get("key"))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		if t == nil {
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		_, _ = w.Write(encodeTensor(t))
-	case "/push", "/commit":
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<31))
-		var deltas []Delta
-		if err == nil && r.URL.Path == "/push" {
-			var t Tensor
-			t, err = decodeTensor(body)
-			deltas = []Delta{{Key: q.Get("key"), Delta: t}}
-		} else if err == nil {
-			deltas, err = decodeDeltas(body)
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if err := c.State.PushAll(ctx, deltas); err != nil {
-			http.Error(w, err.Error(), http.StatusConflict)
-			return
-		}
-	case "/claim":
-		want := -1
-		if v := q.Get("shard"); v != "" {
-			if want, err = strconv.Atoi(v); err != nil || want < 0 {
-				http.Error(w, fmt.Sprintf("shard %q: want a shard number", v), http.StatusBadRequest)
-				return
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(Claim{Shard: k, Shards: c.Shards, Passes: c.passes(), Wait: wait})
+}
+
+// serveBarrier waits for the barrier; the wait renews the caller's lease
+// (a worker waiting is alive).
+func (c *Coordinator) serveBarrier(w http.ResponseWriter, r *http.Request, id int64) {
+	done := make(chan error, 1)
+	go func() { done <- c.State.Barrier(r.Context()) }()
+	tick := time.NewTicker(c.lease() / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			}
-		}
-		k, wait, err := c.claim(ctx, id, want)
-		if err != nil {
-			code := http.StatusBadRequest
-			if errors.Is(err, ErrHeld) {
-				code = http.StatusConflict
-			}
-			http.Error(w, err.Error(), code)
 			return
+		case <-tick.C:
+			c.renew(id)
+			c.Expire()
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(Claim{Shard: k, Shards: c.Shards, Passes: c.passes(), Wait: wait})
-	case "/barrier":
-		// The wait renews the lease: a worker waiting is alive.
-		done := make(chan error, 1)
-		go func() { done <- c.State.Barrier(ctx) }()
-		tick := time.NewTicker(c.lease() / 4)
-		defer tick.Stop()
-		for {
-			select {
-			case err := <-done:
-				if err != nil {
-					http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				}
-				return
-			case <-tick.C:
-				c.renew(id)
-				c.Expire()
-			}
-		}
-	default:
-		http.NotFound(w, r)
 	}
 }
 
