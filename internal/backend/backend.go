@@ -65,6 +65,11 @@ type Event struct {
 	ExitCode  *int   // Exited normally
 	Signal    string // Exited by a signal, e.g. "killed", "terminated"
 	Lost      bool   // Exited: no exit status could be had
+	// LastSeen (Exited Lost) is the last time the backend saw the attempt
+	// alive, zero if it never did: a lost attempt is billed up to the
+	// latest of this and its last report, not up to Time (when its loss
+	// was noticed).
+	LastSeen time.Time
 	// Preempted (Exited) means the attempt ended because its pool's
 	// capacity was reclaimed (a spot node taken back): the backend sent it
 	// the reclaim's warning (SIGTERM) before it ended, and SIGKILL at the
