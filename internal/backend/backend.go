@@ -137,6 +137,20 @@ type Adopter interface {
 	Adopt(ctx context.Context, a *virga.Attempt, res virga.Resources) error
 }
 
+// Reaper is an Adopter that ends what an earlier server left behind
+// unrecorded: a job whose submission outlived the server that made it (the
+// server died while the batch system was taking it), for an attempt that
+// was settled since (found lost, and run again as a new attempt).
+type Reaper interface {
+	Adopter
+	// AdoptedAll tells the backend that every attempt the store holds live
+	// has been handed to Adopt. From then on, whatever the backend finds of
+	// an attempt that it neither started nor adopted is an orphan, which it
+	// ends (cancelled before it runs, where it can be). It returns at once;
+	// calling it again does nothing more.
+	AdoptedAll()
+}
+
 // Sizer is a backend that knows the total resources it can ever offer, so
 // that the control loop can refuse work whose trials can never fit (rather
 // than wait for capacity that will never come free).
