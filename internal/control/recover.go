@@ -306,6 +306,12 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		}
 		it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: a.TrialID, AttemptID: a.ID, Kind: "attempt.adopted", Time: now})
 	}
+	// Every live attempt is the backend's now: what it finds of any other
+	// (a job submitted as the last server died, for an attempt settled
+	// since) is an orphan, for it to end.
+	if r, ok := c.cfg.Backend.(backend.Reaper); ok {
+		r.AdoptedAll()
+	}
 	// Trials marked running whose attempt never got committed wait again.
 	for _, ts := range c.trials {
 		if ts.t.State == virga.TrialRunning && ts.attempt == nil {
