@@ -218,3 +218,33 @@ func TestHeldAndOrphans(t *testing.T) {
 		t.Fatalf("stats %+v, want the orphan cancelled and two releases", st)
 	}
 }
+
+// A job that reaches Slurm after its attempt was found lost (its sbatch,
+// run by a server that died, was still under way) is cancelled though no
+// attempt is left to watch: the poll goes on for OrphanWatch.
+func TestLateOrphanWithoutAttempts(t *testing.T) {
+	dir, cfg := fakeSlurm(t, "0")
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	setQueue(t, dir, "")
+	if err := b.Adopt(t.Context(), &virga.Attempt{ID: 7}, virga.Resources{CPU: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, b); ev.Kind != backend.Exited || !ev.Lost || !ev.LastSeen.IsZero() {
+		t.Fatalf("event %+v, want Exited Lost, never seen", ev)
+	}
+	setQueue(t, dir, "60|PENDING|JobHeldUser|0|0|N/A|N/A|N/A|(null)|virga-a7|\n")
+	var got []byte
+	for range 300 {
+		if got, _ = os.ReadFile(filepath.Join(dir, "scancel.log")); len(got) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if strings.Fields(string(got))[0] != "60" {
+		t.Fatalf("scancel %q, want the late job 60 cancelled", got)
+	}
+}

@@ -72,6 +72,12 @@ type Config struct {
 	// PollInterval is how often the state of all attempts is asked for (one
 	// squeue). Default 5s.
 	PollInterval time.Duration
+	// OrphanWatch is how long the poll goes on without attempts to watch
+	// after a job may have been left to reach Slurm unwatched (an attempt
+	// lost before its job was ever seen, an sbatch that failed, the
+	// recovery's AdoptedAll), so that such a job is cancelled even when
+	// nothing else runs. Default 5m.
+	OrphanWatch time.Duration
 	// OutputDir, if set, is where the nodes write each job's output
 	// (PREFIX-a<ID>.log), for clusters whose nodes cannot write the server's
 	// attempt directories; empty means StartSpec.Dir/output.log.
@@ -169,6 +175,7 @@ type Backend struct {
 	seen     map[int64]bool // every attempt ever started or adopted here
 	reaping  bool           // AdoptedAll was called: every unwatched job is an orphan
 	reapNow  bool           // the next poll runs even without attempts to watch
+	watchTo  time.Time      // polls go on without attempts until then (OrphanWatch)
 }
 
 var (
@@ -198,6 +205,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.CommandTimeout <= 0 {
 		cfg.CommandTimeout = time.Minute
+	}
+	if cfg.OrphanWatch <= 0 {
+		cfg.OrphanWatch = 5 * time.Minute
 	}
 	if cfg.Export == "" {
 		cfg.Export = "ALL"
@@ -379,6 +389,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 		// make sure that no job of this attempt runs unwatched.
 		b.cancelByName(a.name)
 		b.mu.Lock()
+		b.watchOrphansLocked() // or may yet submit it
 		delete(b.attempts, a.id)
 		p.reserved = p.reserved.Sub(a.res)
 		b.mu.Unlock()
@@ -668,9 +679,13 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 func (b *Backend) AdoptedAll() {
 	b.mu.Lock()
 	b.reaping, b.reapNow = true, true
+	b.watchOrphansLocked()
 	b.mu.Unlock()
 	b.wake()
 }
+
+// watchOrphansLocked keeps the poll going for OrphanWatch, attempts or not.
+func (b *Backend) watchOrphansLocked() { b.watchTo = b.now().Add(b.cfg.OrphanWatch) }
 
 func (b *Backend) wake() {
 	select {
@@ -719,7 +734,7 @@ func (b *Backend) pollLoop() {
 // poll runs one squeue and applies what it says to every attempt.
 func (b *Backend) poll() {
 	b.mu.Lock()
-	n, seq, reap := len(b.attempts), b.seq, b.reapNow
+	n, seq, reap := len(b.attempts), b.seq, b.reapNow || b.now().Before(b.watchTo)
 	b.reapNow = false
 	b.mu.Unlock()
 	if n == 0 && !reap {
@@ -765,6 +780,9 @@ func (b *Backend) poll() {
 		if j == nil {
 			if a.seq > seq || !complete {
 				continue // registered after the query began
+			}
+			if a.jobID == "" {
+				b.watchOrphansLocked() // its sbatch may still be under way
 			}
 			b.exitLocked(a, backend.Event{AttemptID: a.id, Kind: backend.Exited, Time: now, Lost: true,
 				LastSeen: a.lastSeen, Message: lostMessage(a)})
