@@ -244,7 +244,7 @@ func TestLateOrphanWithoutAttempts(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if strings.Fields(string(got))[0] != "60" {
+	if f := strings.Fields(string(got)); len(f) == 0 || f[0] != "60" {
 		t.Fatalf("scancel %q, want the late job 60 cancelled", got)
 	}
 }
