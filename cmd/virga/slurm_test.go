@@ -12,6 +12,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/backend/slurm"
 	"github.com/virga-ml/virga/internal/backend/slurm/slurmtest"
 	"github.com/virga-ml/virga/internal/server"
 )
@@ -239,5 +240,102 @@ resources: {cpu: 1, nodes: 2}
 	b, err := exec.Command(virgaBin, "best", "--data-dir", data, "1", "--json").Output()
 	if err != nil || !strings.Contains(string(b), `"rows": 7188`) {
 		t.Errorf("the best trial's metrics: %v\n%s; want rows 7188 (4 passes of 1797)", err, b)
+	}
+}
+
+// TestSlurmOrphanAfterCrash kills the server while sbatch submits a trial's
+// job: that sbatch outlives the server and reaches slurmctld only after the
+// restarted server has found the attempt lost and run the trial again as a
+// new attempt. The late job is cancelled before it runs, and the trial runs
+// once.
+func TestSlurmOrphanAfterCrash(t *testing.T) {
+	needSlurm(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sbatch, err := exec.LookPath("sbatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first sbatch is slow: it submits 5 s later, in a process of its
+	// own, while the server that ran it waits on a sleep (and dies).
+	bin := filepath.Join(dir, "bin")
+	wrapper := fmt.Sprintf(`#!/bin/sh
+if mkdir %[1]s/first 2>/dev/null; then
+  cat >%[1]s/script
+  setsid sh -c 'sleep 5; exec %[2]s "$@" <%[1]s/script' sh "$@" </dev/null >%[1]s/late.out 2>&1 &
+  touch %[1]s/inflight
+  exec sleep 120
+fi
+exec %[2]s "$@"
+`, dir, sbatch)
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "sbatch"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	data := filepath.Join(dir, "state")
+	prefix := slurm.PrefixFor(data)
+	t.Cleanup(func() {
+		out, _ := exec.Command("squeue", "--me", "-h", "-o", "%i %j").Output()
+		for line := range strings.Lines(string(out)) {
+			if id, name, ok := strings.Cut(strings.TrimSpace(line), " "); ok && strings.HasPrefix(name, prefix+"-a") {
+				_ = exec.Command("scancel", id).Run()
+			}
+		}
+	})
+	capFile := slurmCapacity(t, dir)
+	start := func() *server.Server {
+		t.Helper()
+		srv, err := server.Start(context.Background(), server.Config{DataDir: data, Version: "test", CapacityFile: capFile, Agent: virgaBin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	srv := start()
+	c := client.New(srv.URL, srv.Token)
+	b, _ := os.ReadFile(stepExperiment(t, dir, "slurm-orphan", 1, 1, 4, 300, ""))
+	b = []byte(strings.Replace(string(b), "stop_grace: 5s", "stop_grace: 5s\nresources: {cpu: 1, memory: 200MiB}", 1))
+	e, err := c.Submit(context.Background(), "slurm-orphan.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first sbatch to be under way", 30*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "inflight"))
+		return err == nil
+	})
+	_ = srv.Close() // the server dies while its sbatch is under way
+	srv = start()
+	defer srv.Close()
+	c = client.New(srv.URL, srv.Token)
+	waitDone(t, c, e.ID, 120*time.Second)
+
+	var late string
+	waitFor(t, "the late sbatch to submit its job", 30*time.Second, func() bool {
+		out, _ := os.ReadFile(filepath.Join(dir, "late.out"))
+		late = strings.TrimSpace(string(out))
+		return late != ""
+	})
+	var state string
+	waitFor(t, "the late job "+late+" to end", 30*time.Second, func() bool {
+		out, _ := exec.Command("squeue", "--me", "-h", "--states=all", "-j", late, "-O", "State").Output()
+		state = strings.TrimSpace(string(out))
+		return state != "" && state != "PENDING" && state != "RUNNING" && state != "COMPLETING"
+	})
+	ts, err := c.Trials(context.Background(), e.ID)
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("trials %v, %v", ts, err)
+	}
+	l := readLedger(t, dir, ts[0].ID)
+	if state != "CANCELLED" || len(l.starts) != 1 {
+		t.Fatalf("the late job %s is %s and the trial started %d times (%+v); want it cancelled, and one start",
+			late, state, len(l.starts), l.starts)
+	}
+	if ts[0].State != virga.TrialCompleted {
+		t.Errorf("trial: %s (%s), want COMPLETED", ts[0].State, ts[0].Message)
 	}
 }

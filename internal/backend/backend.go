@@ -65,6 +65,11 @@ type Event struct {
 	ExitCode  *int   // Exited normally
 	Signal    string // Exited by a signal, e.g. "killed", "terminated"
 	Lost      bool   // Exited: no exit status could be had
+	// LastSeen (Exited Lost) is the last time the backend saw the attempt
+	// alive, zero if it never did: a lost attempt is billed up to the
+	// latest of this and its last report, not up to Time (when its loss
+	// was noticed).
+	LastSeen time.Time
 	// Preempted (Exited) means the attempt ended because its pool's
 	// capacity was reclaimed (a spot node taken back): the backend sent it
 	// the reclaim's warning (SIGTERM) before it ended, and SIGKILL at the
@@ -130,6 +135,20 @@ type Adopter interface {
 	// with its recorded status; if it never started, Exited follows with Lost.
 	// In every case the attempt can never start later.
 	Adopt(ctx context.Context, a *virga.Attempt, res virga.Resources) error
+}
+
+// Reaper is an Adopter that ends what an earlier server left behind
+// unrecorded: a job whose submission outlived the server that made it (the
+// server died while the batch system was taking it), for an attempt that
+// was settled since (found lost, and run again as a new attempt).
+type Reaper interface {
+	Adopter
+	// AdoptedAll tells the backend that every attempt the store holds live
+	// has been handed to Adopt. From then on, whatever the backend finds of
+	// an attempt that it neither started nor adopted is an orphan, which it
+	// ends (cancelled before it runs, where it can be). It returns at once;
+	// calling it again does nothing more.
+	AdoptedAll()
 }
 
 // Sizer is a backend that knows the total resources it can ever offer, so

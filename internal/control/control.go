@@ -217,6 +217,9 @@ type trialState struct {
 	stopping stopReason
 	ckpts    []virga.Checkpoint // retained checkpoints, oldest first
 	started  time.Time          // when the current attempt was created (timeouts)
+	// alive is the last moment the current attempt was known to run: its
+	// start, its latest report. A lost attempt ends (and is billed) there.
+	alive time.Time
 	// notBefore delays the next start (after a start refused for capacity).
 	notBefore time.Time
 	written   time.Time // when the trial row was last written

@@ -483,9 +483,13 @@ func TestCrashRecovery(t *testing.T) {
 	for _, a := range be2.adopted {
 		adopted[a.ID] = true
 	}
+	reapedAfter := be2.reapedAfter
 	be2.mu.Unlock()
 	if len(adopted) != 2 || !adopted[s2.AttemptID] || !adopted[s3.AttemptID] {
 		t.Fatalf("adopted %v, want attempts %d and %d", adopted, s2.AttemptID, s3.AttemptID)
+	}
+	if reapedAfter != 2 {
+		t.Fatalf("the backend was told that all were adopted after %d adoption(s), want after both", reapedAfter)
 	}
 	// A report of an adopted attempt is accepted.
 	if d := h.report(s3.AttemptID, 5, 0.05); d != "continue" {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
 )
 
 // Pricer prices capacity: what a run of an attempt costs on the pool it ran
@@ -43,6 +44,34 @@ func runCost(p Pricer, a *virga.Attempt, res virga.Resources, end time.Time) (fl
 		return 0, fmt.Errorf("pricing attempt %d: %w", a.ID, err)
 	}
 	return cost, nil
+}
+
+// seenAlive records that the trial's current attempt ran at t.
+func (ts *trialState) seenAlive(t time.Time) {
+	if t.After(ts.alive) {
+		ts.alive = t
+	}
+}
+
+// lostAt is when a lost attempt ended, as far as is known: the last moment
+// it was seen to run (its start, its latest report, the backend's last sight
+// of it), never after ev.Time, when its loss was noticed. The time between
+// is not billed: the attempt may have ended at any moment of it (a server
+// that was down the while, a process gone unobserved).
+func lostAt(a *virga.Attempt, alive time.Time, ev backend.Event) time.Time {
+	if a.StartedAt.IsZero() {
+		return ev.Time // never ran: nothing to bill
+	}
+	end := a.StartedAt
+	for _, t := range []time.Time{alive, ev.LastSeen} {
+		if t.After(end) {
+			end = t
+		}
+	}
+	if end.After(ev.Time) {
+		return ev.Time
+	}
+	return end
 }
 
 // settleCost records an ending attempt's final Cost and, when it was

@@ -156,3 +156,64 @@ func TestPreemptedAttemptLostCost(t *testing.T) {
 		wantCost(t, fmt.Sprintf("lost cost of attempt %d", a.Number), a.LostCost, want.lost)
 	}
 }
+
+// TestLostAttemptBilledUntilLastSeen: a lost attempt is billed up to the last
+// moment it was known to run (its latest report, or the backend's last sight
+// of it), not up to when the loss was noticed. An attempt runs 4 s, reports,
+// and is found lost 45 s later, by the same server, by a server restarted
+// after an outage, and by a backend that saw it run until 10 s.
+func TestLostAttemptBilledUntilLastSeen(t *testing.T) {
+	h, clk := costHarness(t)
+	h.submit(expYAML("lost", "max_trials: 1\nmax_restarts: 5\nresources: {cpu: 1, memory: 512MiB}"))
+	check := func(s *backend.StartSpec, start time.Time, want time.Duration) {
+		t.Helper()
+		var a *virga.Attempt
+		h.eventually("the attempt to be settled", func() bool {
+			for _, x := range h.attempts(s.TrialID) {
+				if x.ID == s.AttemptID && x.State == virga.AttemptExited {
+					a = x
+				}
+			}
+			return a != nil
+		})
+		if a.Outcome != virga.OutcomeLost || !a.EndedAt.Equal(start.Add(want)) {
+			t.Errorf("attempt %d: %s ended at +%s, want LOST at +%s", a.ID, a.Outcome, a.EndedAt.Sub(start), want)
+		}
+		wantCost(t, fmt.Sprintf("cost of lost attempt %d", a.ID), a.Cost, want.Seconds()*0.005)
+	}
+
+	// 1. Noticed by the server that watched it.
+	s := h.nextStart()
+	start := clk.Now()
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: start, PID: 1})
+	clk.Advance(4 * time.Second)
+	h.report(s.AttemptID, 1, 0.5)
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: clk.Advance(45 * time.Second), Lost: true})
+	check(s, start, 4*time.Second)
+
+	// 2. Noticed by a server restarted after a 45 s outage.
+	s = h.nextStart()
+	start = clk.Now()
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: start, PID: 2})
+	clk.Advance(4 * time.Second)
+	h.report(s.AttemptID, 1, 0.5)
+	h.eventually("the attempt to run", func() bool {
+		as := h.attempts(s.TrialID)
+		return as[len(as)-1].State == virga.AttemptRunning
+	})
+	h.crash()
+	clk.Advance(45 * time.Second)
+	h.start(&adoptingBackend{newFakeBackend()})
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: clk.Now(), Lost: true})
+	check(s, start, 4*time.Second)
+
+	// 3. The backend saw it run 6 s after its last report.
+	s = h.nextStart()
+	start = clk.Now()
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: start, PID: 3})
+	clk.Advance(4 * time.Second)
+	h.report(s.AttemptID, 1, 0.5)
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: clk.Advance(45 * time.Second), Lost: true,
+		LastSeen: start.Add(10 * time.Second)})
+	check(s, start, 10*time.Second)
+}

@@ -33,14 +33,17 @@ type fakeBackend struct {
 	specs   []*backend.StartSpec
 	stops   []int64
 	adopted []*virga.Attempt
-	full    bool // Start refuses with ErrNoCapacity and Free is zero
-	closed  bool
+	// reapedAfter is how many attempts had been adopted when AdoptedAll
+	// was called (its first call), -1 before.
+	reapedAfter int
+	full        bool // Start refuses with ErrNoCapacity and Free is zero
+	closed      bool
 }
 
 var _ backend.Backend = (*fakeBackend)(nil)
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{name: "fake", events: make(chan backend.Event, 4096), starts: make(chan *backend.StartSpec, 4096)}
+	return &fakeBackend{name: "fake", events: make(chan backend.Event, 4096), starts: make(chan *backend.StartSpec, 4096), reapedAfter: -1}
 }
 
 func (f *fakeBackend) Name() string { return f.name }
@@ -110,13 +113,22 @@ func (f *fakeBackend) emit(ev backend.Event) {
 	}
 }
 
-// adoptingBackend is a fakeBackend that can adopt attempts of an earlier server.
+// adoptingBackend is a fakeBackend that can adopt attempts of an earlier
+// server (and records when it is told that all are adopted).
 type adoptingBackend struct{ *fakeBackend }
 
 var (
 	_ backend.Backend = (*adoptingBackend)(nil)
-	_ backend.Adopter = (*adoptingBackend)(nil)
+	_ backend.Reaper  = (*adoptingBackend)(nil)
 )
+
+func (a *adoptingBackend) AdoptedAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.reapedAfter < 0 {
+		a.reapedAfter = len(a.adopted)
+	}
+}
 
 func (a *adoptingBackend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resources) error {
 	a.mu.Lock()

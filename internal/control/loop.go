@@ -316,6 +316,7 @@ func (c *Controller) handleEvent(it *iteration, ev backend.Event) {
 			return
 		}
 		c.releaseInflight(ts)
+		ts.seenAlive(ev.Time)
 		a := ts.attempt
 		if a.State == virga.AttemptStarting || a.PID != ev.PID || (a.Pool == "" && ev.Pool != "") {
 			if a.Pool == "" {
@@ -366,6 +367,9 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	ts.attempt = nil
 	a.State = virga.AttemptExited
 	a.EndedAt = ev.Time
+	if ev.Lost {
+		a.EndedAt = lostAt(a, ts.alive, ev)
+	}
 	a.ExitCode = ev.ExitCode
 	a.Signal = ev.Signal
 	a.Message = ev.Message
@@ -814,6 +818,7 @@ func (c *Controller) createAttempts(it *iteration, trials []*trialState) []launc
 		t.Message = ""
 		ts.attempt = a
 		ts.started = now
+		ts.alive = time.Time{}
 		ts.stopping = notStopping
 		if t.ID == 0 {
 			it.b.NewAttempts = append(it.b.NewAttempts, store.NewAttempt{Trial: t, Attempt: a})

@@ -171,6 +171,9 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		return nil, fmtErr("listing live experiments", err)
 	}
 	now := c.now()
+	// reported is each attempt's latest report (metric or checkpoint): the
+	// last moment a live attempt was known to run, should it be lost.
+	reported := map[int64]time.Time{}
 	for i := len(exps) - 1; i >= 0; i-- { // oldest first
 		exp := exps[i]
 		es := &expState{exp: exp}
@@ -221,6 +224,16 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 			if err != nil {
 				return nil, fmtErr("listing metrics", err)
 			}
+			for _, m := range ms {
+				if m.Time.After(reported[m.AttemptID]) {
+					reported[m.AttemptID] = m.Time
+				}
+			}
+			for _, ck := range ts.ckpts {
+				if ck.Time.After(reported[ck.AttemptID]) {
+					reported[ck.AttemptID] = ck.Time
+				}
+			}
 			if recomputeProgress(t, ms, es.spec.Objective) {
 				it.touchTrial(ts)
 			}
@@ -251,6 +264,8 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		}
 		ts.attempt = a
 		ts.started = a.CreatedAt
+		ts.alive = a.StartedAt
+		ts.seenAlive(reported[a.ID])
 		c.attempts[a.ID] = ts
 		la := &liveAttempt{attemptID: a.ID, trialID: a.TrialID, experimentID: ts.exp.exp.ID,
 			ckptDir: c.TrialDir(a.TrialID), lastID: ts.t.Checkpoint, restore: a.Restored}
@@ -290,6 +305,12 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 			_ = c.cfg.Backend.Stop(a.ID, ts.exp.spec.StopGrace.D())
 		}
 		it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: a.TrialID, AttemptID: a.ID, Kind: "attempt.adopted", Time: now})
+	}
+	// Every live attempt is the backend's now: what it finds of any other
+	// (a job submitted as the last server died, for an attempt settled
+	// since) is an orphan, for it to end.
+	if r, ok := c.cfg.Backend.(backend.Reaper); ok {
+		r.AdoptedAll()
 	}
 	// Trials marked running whose attempt never got committed wait again.
 	for _, ts := range c.trials {

@@ -194,6 +194,7 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		r.reply <- result[search.Decision]{v: search.Stop, err: ErrSuperseded}
 		return
 	}
+	ts.seenAlive(r.time)
 	t, es := ts.t, ts.exp
 	// Deletions run on this goroutine, so a checkpoint that exists now stays
 	// until it is recorded (the latest is never dropped).

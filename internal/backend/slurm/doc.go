@@ -16,7 +16,10 @@
 //
 // The lifecycle of an attempt:
 //
-//   - Start submits the job (sbatch --parsable, the script on stdin) with
+//   - Start submits the job (sbatch --parsable, the script on stdin) held,
+//     and releases it (scontrol release) once sbatch has told its ID: a
+//     job whose server died while sbatch ran never runs unless a restarted
+//     server adopts its attempt. It submits with
 //     --no-requeue: when Slurm preempts a job or loses its node, Virga wants
 //     to see it end and to start a new attempt where its own placement
 //     policy says, not have Slurm requeue it (a requeued job waits in the
@@ -40,8 +43,14 @@
 //     the batch shell (--signal=B:USR1@grace), which marks the job (its
 //     Comment) and sends SIGTERM to the steps, so that the trial can save a
 //     checkpoint before Slurm kills it.
-//   - Adopt finds the job of an attempt by name in the next poll; a
-//     restarted server thus needs the same JobPrefix.
+//   - Adopt finds the job of an attempt by name in the next poll (and
+//     releases it if it is still held); a restarted server thus needs the
+//     same JobPrefix.
+//   - Orphans: a job with the prefix whose attempt is not watched, of an
+//     attempt that ended here (found lost before its job reached Slurm)
+//     or, once AdoptedAll was called, of any attempt, is cancelled by the
+//     poll that finds it. A lost attempt's Exited carries the last poll
+//     that saw its job run (LastSeen), up to which it is billed.
 //
 // Requirements on the cluster: the `virga` binary at AgentPath on every
 // node; the attempt's directory (StartSpec.Dir, where output.log goes),

@@ -3,6 +3,7 @@ package slurm
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 
 // fakeSlurm writes sbatch, squeue and scancel scripts into a directory:
 // sbatch answers job 42 after a delay, squeue prints the file "queue" (in
-// QueueFormat) and scancel appends its arguments to the file "scancel.log".
+// QueueFormat), and scancel and scontrol append their arguments to the
+// files "scancel.log" and "scontrol.log".
 func fakeSlurm(t *testing.T, sbatchDelay string) (dir string, cfg Config) {
 	t.Helper()
 	dir = t.TempDir()
@@ -31,6 +33,7 @@ func fakeSlurm(t *testing.T, sbatchDelay string) (dir string, cfg Config) {
 		Sbatch:       write("sbatch", "cat >/dev/null; sleep "+sbatchDelay+"; echo 42\n"),
 		Squeue:       write("squeue", "cat "+dir+"/queue 2>/dev/null\n"),
 		Scancel:      write("scancel", "echo \"$*\" >>"+dir+"/scancel.log\n"),
+		Scontrol:     write("scontrol", "echo \"$*\" >>"+dir+"/scontrol.log\n"),
 		Location:     time.UTC,
 	}
 	return dir, cfg
@@ -142,8 +145,106 @@ func TestStopAndLost(t *testing.T) {
 	// Gone from squeue: lost.
 	setQueue(t, dir, "")
 	ev := nextEvent(t, b)
-	if ev.Kind != backend.Exited || !ev.Lost || ev.AttemptID != 8 {
-		t.Fatalf("event %+v, want Exited Lost", ev)
+	if ev.Kind != backend.Exited || !ev.Lost || ev.AttemptID != 8 || ev.LastSeen.IsZero() || ev.LastSeen.After(ev.Time) {
+		t.Fatalf("event %+v, want Exited Lost, last seen by an earlier poll", ev)
 	}
 	noEvent(t, b, 100*time.Millisecond)
+}
+
+// waitLog waits until the file name in dir holds want.
+func waitLog(t *testing.T, dir, name, want string) {
+	t.Helper()
+	var got []byte
+	for range 300 {
+		if got, _ = os.ReadFile(filepath.Join(dir, name)); string(got) == want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s: %q, want %q", name, got, want)
+}
+
+// Jobs are submitted held and released once their ID is known; a restarted
+// server releases the held job of an attempt it adopts, and once it has
+// adopted all cancels the jobs with its prefix that no attempt watches,
+// leaving other servers' jobs and ended ones alone.
+func TestHeldAndOrphans(t *testing.T) {
+	dir, cfg := fakeSlurm(t, "0")
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s := &backend.StartSpec{AttemptID: 4, TrialID: 1, Argv: []string{"x"}, Dir: dir, Resources: virga.Resources{CPU: 1}}
+	if err := b.Start(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, dir, "scontrol.log", "release 42\n")
+
+	setQueue(t, dir, `42|RUNNING|None|0|0|N/A|2026-11-22T05:00:00|NONE|(null)|virga-a4|
+50|PENDING|JobHeldUser|0|0|N/A|N/A|N/A|(null)|virga-a5|
+51|RUNNING|None|0|0|N/A|2026-11-22T05:00:00|NONE|(null)|virga-a6|
+52|PENDING|JobHeldUser|0|0|N/A|N/A|N/A|(null)|other-a6|
+53|COMPLETED|None|0|0|N/A|2026-11-22T05:00:00|2026-11-22T05:00:01|(null)|virga-a9|
+`)
+	if err := b.Adopt(t.Context(), &virga.Attempt{ID: 5}, virga.Resources{CPU: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, dir, "scontrol.log", "release 42\nrelease 50\n")
+	if ev := nextEvent(t, b); ev.AttemptID != 4 || ev.Kind != backend.Started {
+		t.Fatalf("event %+v, want attempt 4 Started", ev)
+	}
+	noEvent(t, b, 100*time.Millisecond) // nothing of attempt 5 until its job runs
+	time.Sleep(5 * cfg.PollInterval)    // polls with attempt 6 not adopted yet
+	if got, _ := os.ReadFile(filepath.Join(dir, "scancel.log")); len(got) > 0 {
+		t.Fatalf("scancel %q before AdoptedAll, want none", got)
+	}
+	b.AdoptedAll()
+	var got []byte
+	for range 300 {
+		if got, _ = os.ReadFile(filepath.Join(dir, "scancel.log")); len(got) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(5 * cfg.PollInterval) // more polls while job 51 is still listed
+	got, _ = os.ReadFile(filepath.Join(dir, "scancel.log"))
+	lines := strings.Fields(string(got))
+	if len(lines) == 0 || slices.ContainsFunc(lines, func(l string) bool { return l != "51" }) {
+		t.Fatalf("scancel %q, want job 51 (the orphan) and nothing else", got)
+	}
+	waitLog(t, dir, "scontrol.log", "release 42\nrelease 50\n")
+	if st := b.Stats(); st.Orphans < 1 || st.Releases != 2 {
+		t.Fatalf("stats %+v, want the orphan cancelled and two releases", st)
+	}
+}
+
+// A job that reaches Slurm after its attempt was found lost (its sbatch,
+// run by a server that died, was still under way) is cancelled though no
+// attempt is left to watch: the poll goes on for OrphanWatch.
+func TestLateOrphanWithoutAttempts(t *testing.T) {
+	dir, cfg := fakeSlurm(t, "0")
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	setQueue(t, dir, "")
+	if err := b.Adopt(t.Context(), &virga.Attempt{ID: 7}, virga.Resources{CPU: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, b); ev.Kind != backend.Exited || !ev.Lost || !ev.LastSeen.IsZero() {
+		t.Fatalf("event %+v, want Exited Lost, never seen", ev)
+	}
+	setQueue(t, dir, "60|PENDING|JobHeldUser|0|0|N/A|N/A|N/A|(null)|virga-a7|\n")
+	var got []byte
+	for range 300 {
+		if got, _ = os.ReadFile(filepath.Join(dir, "scancel.log")); len(got) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if f := strings.Fields(string(got)); len(f) == 0 || f[0] != "60" {
+		t.Fatalf("scancel %q, want the late job 60 cancelled", got)
+	}
 }

@@ -165,7 +165,7 @@ func TestJob(t *testing.T) {
 		Token: "tok", Timeout: time.Hour, StopGrace: 2 * time.Minute}
 	p, _ := b.poolNamed("gpu")
 	script, args := b.job(s, p)
-	want := []string{"--parsable", "--job-name=srv1-a7", "--output=/data/attempts/7/output.log", "--chdir=/data/attempts/7",
+	want := []string{"--parsable", "--hold", "--job-name=srv1-a7", "--output=/data/attempts/7/output.log", "--chdir=/data/attempts/7",
 		"--no-requeue", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=7", "--mem=1000", "--gres=gpu:2",
 		"--partition=p", "--qos=q", "--account=acct", "--time=63", "--signal=B:USR1@120", "--constraint=a100"}
 	joined := " " + strings.Join(args, " ") + " "

@@ -65,10 +65,19 @@ type Config struct {
 	// which a restarted server finds its jobs: it must be the same across
 	// restarts and differ between servers submitting as the same user
 	// (PrefixFor makes one of the server's data directory). Default "virga".
+	// Once AdoptedAll is called, a job with the prefix whose attempt is not
+	// watched is cancelled: a prefix shared with another server would
+	// cancel that server's jobs.
 	JobPrefix string
 	// PollInterval is how often the state of all attempts is asked for (one
 	// squeue). Default 5s.
 	PollInterval time.Duration
+	// OrphanWatch is how long the poll goes on without attempts to watch
+	// after a job may have been left to reach Slurm unwatched (an attempt
+	// lost before its job was ever seen, an sbatch that failed, the
+	// recovery's AdoptedAll), so that such a job is cancelled even when
+	// nothing else runs. Default 5m.
+	OrphanWatch time.Duration
 	// OutputDir, if set, is where the nodes write each job's output
 	// (PREFIX-a<ID>.log), for clusters whose nodes cannot write the server's
 	// attempt directories; empty means StartSpec.Dir/output.log.
@@ -99,6 +108,8 @@ type Stats struct {
 	QueryTime time.Duration // their total wall time
 	Submits   int64         // sbatch calls
 	Cancels   int64         // scancel calls
+	Releases  int64         // scontrol release calls (one per submitted job)
+	Orphans   int64         // scancel calls for jobs that no attempt watched (orphans)
 	Failures  int64         // commands that failed
 }
 
@@ -125,7 +136,9 @@ type attempt struct {
 	adopted bool
 
 	submitting bool          // sbatch has not answered yet
+	released   bool          // its held job was released (or is being)
 	polled     bool          // a poll has seen its job (and set started)
+	lastSeen   time.Time     // the last poll that saw its job run
 	stopGrace  time.Duration // the grace of a Stop not carried out yet
 	started    bool          // Started was sent
 	stopping   bool          // Stop was called
@@ -136,7 +149,8 @@ type attempt struct {
 }
 
 // Backend runs attempts as Slurm jobs. It implements backend.Backend,
-// backend.Pooled, backend.Adopter, backend.Sizer and backend.Remote.
+// backend.Pooled, backend.Reaper (and so backend.Adopter), backend.Sizer
+// and backend.Remote.
 type Backend struct {
 	cfg      Config
 	pools    []*pool
@@ -152,14 +166,25 @@ type Backend struct {
 	wg     sync.WaitGroup
 	kick   chan struct{}
 
-	queries, queryNS, submits, cancels, failures atomic.Int64
+	queries, queryNS, submits, cancels, releases, orphans, failures atomic.Int64
 
 	mu       sync.Mutex
 	closed   bool
 	seq      uint64
 	attempts map[int64]*attempt
 	seen     map[int64]bool // every attempt ever started or adopted here
+	reaping  bool           // AdoptedAll was called: every unwatched job is an orphan
+	reapNow  bool           // the next poll runs even without attempts to watch
+	watchTo  time.Time      // polls go on without attempts until then (OrphanWatch)
 }
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Reaper  = (*Backend)(nil)
+	_ backend.Pooled  = (*Backend)(nil)
+	_ backend.Sizer   = (*Backend)(nil)
+	_ backend.Remote  = (*Backend)(nil)
+)
 
 // New validates cfg and starts the backend's poller.
 func New(cfg Config) (*Backend, error) {
@@ -180,6 +205,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.CommandTimeout <= 0 {
 		cfg.CommandTimeout = time.Minute
+	}
+	if cfg.OrphanWatch <= 0 {
+		cfg.OrphanWatch = 5 * time.Minute
 	}
 	if cfg.Export == "" {
 		cfg.Export = "ALL"
@@ -249,7 +277,7 @@ func (b *Backend) Events() <-chan backend.Event { return b.q.Out() }
 // Stats returns the commands run so far.
 func (b *Backend) Stats() Stats {
 	return Stats{Queries: b.queries.Load(), QueryTime: time.Duration(b.queryNS.Load()), Submits: b.submits.Load(),
-		Cancels: b.cancels.Load(), Failures: b.failures.Load()}
+		Cancels: b.cancels.Load(), Releases: b.releases.Load(), Orphans: b.orphans.Load(), Failures: b.failures.Load()}
 }
 
 // Capacity returns the sum of the pools' capacities.
@@ -299,8 +327,11 @@ func (b *Backend) poolNamed(name string) (*pool, error) {
 	return nil, fmt.Errorf("no pool named %q (the pools: %s)", name, strings.Join(names, ", "))
 }
 
-// Start submits the attempt's job and returns once sbatch has accepted it;
-// Started follows when the job runs. It returns an error wrapping
+// Start submits the attempt's job, held, and releases it once sbatch has
+// told its ID (so that a job whose server died before it learnt the ID
+// never runs unless a restarted server adopts it); it returns once the job
+// is released, or once sbatch has accepted it if the release failed (the
+// poll tries again). Started follows when the job runs. It returns an error wrapping
 // ErrNoCapacity if Virga's attempts leave too little of the pool, and a
 // plain error if the gang can never fit it (more nodes than the pool's, or
 // more per node than a node has) or sbatch refuses the job.
@@ -358,6 +389,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 		// make sure that no job of this attempt runs unwatched.
 		b.cancelByName(a.name)
 		b.mu.Lock()
+		b.watchOrphansLocked() // or may yet submit it
 		delete(b.attempts, a.id)
 		p.reserved = p.reserved.Sub(a.res)
 		b.mu.Unlock()
@@ -367,9 +399,26 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	a.jobID, a.submitting = id, false
 	b.seq++
 	a.seq = b.seq
+	release := !a.stopping // a stopped attempt's job is cancelled while held
+	a.released = release
 	b.mu.Unlock()
 	b.log.Debug("slurm: submitted", "attempt", a.id, "job", id, "pool", p.Name)
+	if release {
+		b.release(a, id)
+	}
 	return nil
+}
+
+// release lets an attempt's held job run (scontrol release). A failure
+// is logged and left to the next poll that finds the job held.
+func (b *Backend) release(a *attempt, jobID string) {
+	b.releases.Add(1)
+	if _, err := b.run(b.ctx, nil, b.cfg.Scontrol, "release", jobID); err != nil {
+		b.log.Warn("slurm: releasing a held job failed; trying again at the next poll", "attempt", a.id, "job", jobID, "err", err)
+		b.mu.Lock()
+		a.released = false
+		b.mu.Unlock()
+	}
 }
 
 // job returns the batch script and sbatch's arguments for s on p.
@@ -381,7 +430,7 @@ func (b *Backend) job(s *backend.StartSpec, p *pool) (string, []string) {
 	if b.cfg.OutputDir != "" {
 		output = filepath.Join(b.cfg.OutputDir, JobName(b.cfg.JobPrefix, s.AttemptID)+".log")
 	}
-	args := []string{"--parsable", "--job-name=" + JobName(b.cfg.JobPrefix, s.AttemptID),
+	args := []string{"--parsable", "--hold", "--job-name=" + JobName(b.cfg.JobPrefix, s.AttemptID),
 		"--output=" + output, "--open-mode=append", "--chdir=" + filepath.Dir(output),
 		"--export=" + b.cfg.Export, "--no-requeue",
 		"--nodes=" + strconv.Itoa(nodes), "--ntasks-per-node=1", "--cpus-per-task=" + strconv.Itoa(cpus)}
@@ -590,8 +639,9 @@ func (b *Backend) cancelByName(name string) { b.cancel1(name) }
 // Adopt takes over the attempt of an earlier server: its job is looked for
 // by name in the next poll. A job that runs or waits is watched (res
 // reserved in the attempt's pool; Started is sent when it runs, also for
-// an attempt already known to run), one that has ended gets Exited with its
-// status, and one that Slurm no longer knows gets Exited Lost.
+// an attempt already known to run; a job still held, whose server died
+// before it released it, is released), one that has ended gets Exited with
+// its status, and one that Slurm no longer knows gets Exited Lost.
 func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resources) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("adopting attempt: %w", err)
@@ -619,6 +669,23 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 	b.wake()
 	return nil
 }
+
+// AdoptedAll implements backend.Reaper: from now on, a job with the
+// backend's prefix whose attempt is neither started nor adopted here is an
+// orphan, cancelled by the poll that finds it (the next one comes at once,
+// even with no attempt to watch). Before it, only the jobs of attempts that
+// ended here (a job that reached Slurm after its attempt was found lost)
+// are.
+func (b *Backend) AdoptedAll() {
+	b.mu.Lock()
+	b.reaping, b.reapNow = true, true
+	b.watchOrphansLocked()
+	b.mu.Unlock()
+	b.wake()
+}
+
+// watchOrphansLocked keeps the poll going for OrphanWatch, attempts or not.
+func (b *Backend) watchOrphansLocked() { b.watchTo = b.now().Add(b.cfg.OrphanWatch) }
 
 func (b *Backend) wake() {
 	select {
@@ -667,9 +734,10 @@ func (b *Backend) pollLoop() {
 // poll runs one squeue and applies what it says to every attempt.
 func (b *Backend) poll() {
 	b.mu.Lock()
-	n, seq := len(b.attempts), b.seq
+	n, seq, reap := len(b.attempts), b.seq, b.reapNow || b.now().Before(b.watchTo)
+	b.reapNow = false
 	b.mu.Unlock()
-	if n == 0 {
+	if n == 0 && !reap {
 		return
 	}
 	b.queries.Add(1)
@@ -699,9 +767,11 @@ func (b *Backend) poll() {
 		}
 	}
 	now := b.now()
-	var cancels []string
+	var cancels, releases []string
 	var stops []pendingStop
+	var released []*attempt
 	b.mu.Lock()
+	orphans := b.orphansLocked(byAttempt)
 	for id, a := range b.attempts {
 		if a.submitting {
 			continue
@@ -711,12 +781,26 @@ func (b *Backend) poll() {
 			if a.seq > seq || !complete {
 				continue // registered after the query began
 			}
+			if a.jobID == "" {
+				b.watchOrphansLocked() // its sbatch may still be under way
+			}
 			b.exitLocked(a, backend.Event{AttemptID: a.id, Kind: backend.Exited, Time: now, Lost: true,
-				Message: lostMessage(a)})
+				LastSeen: a.lastSeen, Message: lostMessage(a)})
 			continue
 		}
 		if a.jobID == "" {
 			a.jobID = j.ID
+		}
+		for _, o := range byAttempt[id] {
+			if o != j && !o.Ended() {
+				orphans = append(orphans, o.ID) // a second job of the attempt
+			}
+		}
+		if held(j) && !a.released && !a.stopping {
+			// Submitted held by a server that died before it released it.
+			a.released = true
+			releases = append(releases, j.ID)
+			released = append(released, a)
 		}
 		if !a.polled {
 			a.polled = true
@@ -736,6 +820,7 @@ func (b *Backend) poll() {
 				Signal: "killed", Message: fmt.Sprintf("slurm job %s was requeued (%s, %d restart(s)); cancelled it", j.ID, j.State, j.Restarts)}
 			b.exitLocked(a, ev)
 		case j.Running():
+			a.lastSeen = now
 			if !a.started {
 				b.startedLocked(a, j, now)
 			}
@@ -753,7 +838,37 @@ func (b *Backend) poll() {
 	for _, id := range cancels {
 		b.cancel1(id)
 	}
+	for i, id := range releases {
+		b.release(released[i], id)
+	}
+	for _, id := range orphans {
+		b.log.Info("slurm: cancelling an orphan job (no attempt of this server watches it)", "job", id)
+		b.orphans.Add(1)
+		b.cancel1(id)
+	}
 }
+
+// orphansLocked returns the IDs of the jobs in the poll's answer that are
+// left over: not ended, of an attempt not watched that ended here, or, once
+// AdoptedAll was called, of any attempt not watched.
+func (b *Backend) orphansLocked(byAttempt map[int64][]*Job) []string {
+	var out []string
+	for id, js := range byAttempt {
+		if b.attempts[id] != nil || !(b.reaping || b.seen[id]) {
+			continue
+		}
+		for _, j := range js {
+			if !j.Ended() {
+				out = append(out, j.ID)
+			}
+		}
+	}
+	return out
+}
+
+// held reports whether a job waits on a user's hold: Virga's own, between
+// sbatch and scontrol release.
+func held(j *Job) bool { return j.State == "PENDING" && j.Reason == "JobHeldUser" }
 
 type pendingStop struct {
 	a     *attempt
