@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -272,6 +273,86 @@ func TestRemoteAgentCheckpointsEveryNSteps(t *testing.T) {
 	}
 	if n := uploads.Load(); n != steps/every {
 		t.Errorf("the agent uploaded %d times; want %d, once for each checkpoint written", n, steps/every)
+	}
+}
+
+// TestRemoteRepeatedUploads: an agent may upload the content it uploaded
+// and reported before (an older agent does, at the report after a write); a
+// report that names it again leaves nothing counted as unreported, so the
+// attempt never reaches the bound of unreported uploads.
+func TestRemoteRepeatedUploads(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "state")
+	be := newAgentBackend(virgaBin)
+	srv, err := server.Start(context.Background(), server.Config{DataDir: data, Backend: be, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := client.New(srv.URL, srv.Token)
+	// The trial sleeps before its first step: this test reports for it.
+	exp := stepExperiment(t, dir, "again", 1, 1, 1, 60000, "")
+	b, _ := os.ReadFile(exp)
+	e, err := c.Submit(context.Background(), "again.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = c.Control(context.Background(), e.ID, "stop") }()
+	var tr *virga.Trial
+	waitFor(t, "the trial to run", 30*time.Second, func() bool {
+		ts, err := c.Trials(context.Background(), e.ID)
+		if err != nil || len(ts) != 1 || ts[0].State != virga.TrialRunning {
+			return false
+		}
+		tr = ts[0]
+		return true
+	})
+	v, err := c.Trial(context.Background(), tr.ID)
+	if err != nil || len(v.AttemptList) == 0 {
+		t.Fatalf("trial %d: %v", tr.ID, err)
+	}
+	secret, err := os.ReadFile(filepath.Join(data, "secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := control.TrialToken(bytes.TrimSpace(secret), tr.ID)
+	base := srv.URL + "/api/v1/attempts/" + strconv.FormatInt(v.AttemptList[len(v.AttemptList)-1].ID, 10)
+	post := func(path, ctype string, body io.Reader) (int, []byte) {
+		req, _ := http.NewRequest("POST", base+path, body)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", ctype)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		reply, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, reply
+	}
+	src := t.TempDir()
+	step := 0
+	for k := range 8 {
+		if err := os.WriteFile(filepath.Join(src, "state"), []byte(strconv.Itoa(k)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Each content is uploaded and reported three times, as an agent
+		// that cannot trust the directory's times does.
+		for range 3 {
+			var tarball bytes.Buffer
+			if _, err := checkpoint.WriteArchive(&tarball, src); err != nil {
+				t.Fatal(err)
+			}
+			code, reply := post("/checkpoints", "application/x-tar", &tarball)
+			var info struct{ ID string }
+			if code != http.StatusOK || json.Unmarshal(reply, &info) != nil || info.ID == "" {
+				t.Fatalf("upload of checkpoint %d: %d %s; want 200 and its ID", k, code, reply)
+			}
+			rep := fmt.Sprintf(`{"step": %d, "metrics": {"loss": 1}, "checkpoint": %q}`, step, info.ID)
+			if code, reply := post("/report", "application/json", strings.NewReader(rep)); code != http.StatusOK {
+				t.Fatalf("report of step %d naming checkpoint %d: %d %s; want 200", step, k, code, reply)
+			}
+			step++
+		}
 	}
 }
 
