@@ -45,10 +45,10 @@ var ErrNotRemote = errors.New("not a remote attempt")
 // sends as an archive (checkpoint.WriteArchive) and returns what it saved;
 // a later Report of the attempt may name it. An upload waits to be named
 // (at most maxPendingUploads do) unless its content is the attempt's latest
-// checkpoint's; uploading the same content again is harmless. The archive is unpacked into a
-// private directory and saved like a local trial's directory, so the ID is
-// the same content address either way, and nothing is visible before the
-// whole archive arrived intact.
+// checkpoint's, so uploading the same content again is harmless. The
+// archive is unpacked into a private directory and saved like a local
+// trial's directory, so the ID is the same content address either way, and
+// nothing is visible before the whole archive arrived intact.
 func (c *Controller) UploadCheckpoint(ctx context.Context, attemptID int64, r io.Reader) (checkpoint.Info, error) {
 	la, err := c.remoteAttempt(ctx, attemptID)
 	if err != nil {
