@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +40,8 @@ import (
 type agentBackend struct {
 	bin    string
 	events chan backend.Event
+	// server, when set, is the URL the agents reach the server by (a proxy).
+	server string
 
 	mu      sync.Mutex
 	closed  bool
@@ -56,16 +63,20 @@ func (b *agentBackend) Free() virga.Resources {
 }
 
 func (b *agentBackend) Start(_ context.Context, s *backend.StartSpec) error {
+	spec := agent.FromStart(s)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.server != "" {
+		spec.Server = b.server
+	}
 	cmd := exec.Command(b.bin, "agent")
-	cmd.Env = append(os.Environ(), agent.EnvSpec+"="+agent.FromStart(s).Encode())
+	cmd.Env = append(os.Environ(), agent.EnvSpec+"="+spec.Encode())
 	out, err := os.Create(filepath.Join(s.Dir, "output.log"))
 	if err != nil {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		return err
@@ -203,6 +214,144 @@ func testRemoteAgent(t *testing.T, checkpoints string) {
 	if checkpoints != "" {
 		if _, err := os.Stat(filepath.Join(data, "checkpoints")); err == nil {
 			t.Errorf("checkpoints were written to the data directory; want them all in %s", checkpoints)
+		}
+	}
+}
+
+// TestRemoteAgentCheckpointsEveryNSteps: a trial that reports every step and
+// writes its checkpoint every 10 steps, reporting at once after each write,
+// completes in one attempt through `virga agent`. The directory's times are
+// too recent to be trusted at the reports that follow a write, but its
+// content is unchanged: the agent uploads each checkpoint once, and no
+// upload is left counted against the attempt as unreported.
+func TestRemoteAgentCheckpointsEveryNSteps(t *testing.T) {
+	dir := t.TempDir()
+	be := newAgentBackend(virgaBin)
+	srv, err := server.Start(context.Background(), server.Config{DataDir: filepath.Join(dir, "state"), Backend: be, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	// The agents reach the server through a proxy that counts the uploads.
+	target, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uploads atomic.Int64
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/checkpoints") {
+			uploads.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	be.mu.Lock()
+	be.server = proxy.URL
+	be.mu.Unlock()
+
+	c := client.New(srv.URL, srv.Token)
+	const steps, every = 60, 10
+	exp := stepExperiment(t, dir, "every", 1, 1, steps, 5, fmt.Sprintf("  checkpoint_every: %d", every))
+	b, _ := os.ReadFile(exp)
+	e, err := c.Submit(context.Background(), "every.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, e.ID, 60*time.Second)
+	ts, err := c.Trials(context.Background(), e.ID)
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("trials: %v, %v", ts, err)
+	}
+	tr := ts[0]
+	if tr.State != virga.TrialCompleted || tr.Step != steps-1 || tr.Checkpoint == "" {
+		t.Errorf("trial %d: %s at step %d (%s), checkpoint %q; want COMPLETED at step %d with a checkpoint",
+			tr.ID, tr.State, tr.Step, tr.Message, tr.Checkpoint, steps-1)
+	}
+	if l := readLedger(t, dir, tr.ID); len(l.starts) != 1 {
+		t.Errorf("trial %d started %d times (%+v); want once", tr.ID, len(l.starts), l.starts)
+	}
+	if n := uploads.Load(); n != steps/every {
+		t.Errorf("the agent uploaded %d times; want %d, once for each checkpoint written", n, steps/every)
+	}
+}
+
+// TestRemoteRepeatedUploads: an agent may upload the content it uploaded
+// and reported before (an older agent does, at the report after a write); a
+// report that names it again leaves nothing counted as unreported, so the
+// attempt never reaches the bound of unreported uploads.
+func TestRemoteRepeatedUploads(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "state")
+	be := newAgentBackend(virgaBin)
+	srv, err := server.Start(context.Background(), server.Config{DataDir: data, Backend: be, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := client.New(srv.URL, srv.Token)
+	// The trial sleeps before its first step: this test reports for it.
+	exp := stepExperiment(t, dir, "again", 1, 1, 1, 60000, "")
+	b, _ := os.ReadFile(exp)
+	e, err := c.Submit(context.Background(), "again.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = c.Control(context.Background(), e.ID, "stop") }()
+	var tr *virga.Trial
+	waitFor(t, "the trial to run", 30*time.Second, func() bool {
+		ts, err := c.Trials(context.Background(), e.ID)
+		if err != nil || len(ts) != 1 || ts[0].State != virga.TrialRunning {
+			return false
+		}
+		tr = ts[0]
+		return true
+	})
+	v, err := c.Trial(context.Background(), tr.ID)
+	if err != nil || len(v.AttemptList) == 0 {
+		t.Fatalf("trial %d: %v", tr.ID, err)
+	}
+	secret, err := os.ReadFile(filepath.Join(data, "secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := control.TrialToken(bytes.TrimSpace(secret), tr.ID)
+	base := srv.URL + "/api/v1/attempts/" + strconv.FormatInt(v.AttemptList[len(v.AttemptList)-1].ID, 10)
+	post := func(path, ctype string, body io.Reader) (int, []byte) {
+		req, _ := http.NewRequest("POST", base+path, body)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", ctype)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		reply, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, reply
+	}
+	src := t.TempDir()
+	step := 0
+	for k := range 8 {
+		if err := os.WriteFile(filepath.Join(src, "state"), []byte(strconv.Itoa(k)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Each content is uploaded and reported three times, as an agent
+		// that cannot trust the directory's times does.
+		for range 3 {
+			var tarball bytes.Buffer
+			if _, err := checkpoint.WriteArchive(&tarball, src); err != nil {
+				t.Fatal(err)
+			}
+			code, reply := post("/checkpoints", "application/x-tar", &tarball)
+			var info struct{ ID string }
+			if code != http.StatusOK || json.Unmarshal(reply, &info) != nil || info.ID == "" {
+				t.Fatalf("upload of checkpoint %d: %d %s; want 200 and its ID", k, code, reply)
+			}
+			rep := fmt.Sprintf(`{"step": %d, "metrics": {"loss": 1}, "checkpoint": %q}`, step, info.ID)
+			if code, reply := post("/report", "application/json", strings.NewReader(rep)); code != http.StatusOK {
+				t.Fatalf("report of step %d naming checkpoint %d: %d %s; want 200", step, k, code, reply)
+			}
+			step++
 		}
 	}
 }

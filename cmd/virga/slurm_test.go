@@ -145,6 +145,48 @@ func TestSlurmPreemptionEndToEnd(t *testing.T) {
 	}
 }
 
+// TestSlurmCheckpointEveryNSteps: on the Slurm test cluster, through
+// `virga agent`, a trial that reports every step and writes its checkpoint
+// every 10 steps, reporting at once after each write, completes in one
+// attempt with its last checkpoint recorded (the agent used to upload each
+// checkpoint again at the next report, and the server to count every such
+// repeat as unreported, until the fifth checkpoint's upload got 422).
+func TestSlurmCheckpointEveryNSteps(t *testing.T) {
+	needSlurm(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.Start(context.Background(), server.Config{DataDir: filepath.Join(dir, "state"), Version: "test",
+		CapacityFile: slurmCapacity(t, dir), Agent: virgaBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := client.New(srv.URL, srv.Token)
+	const steps = 60
+	exp := stepExperiment(t, dir, "slurm-every", 1, 1, steps, 5, "  checkpoint_every: 10")
+	b, _ := os.ReadFile(exp)
+	b = []byte(strings.Replace(string(b), "stop_grace: 5s", "stop_grace: 5s\nresources: {cpu: 1, memory: 200MiB}", 1))
+	e, err := c.Submit(context.Background(), "slurm-every.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, e.ID, 180*time.Second)
+	ts, err := c.Trials(context.Background(), e.ID)
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("trials: %v, %v", ts, err)
+	}
+	tr := ts[0]
+	if tr.State != virga.TrialCompleted || tr.Step != steps-1 || tr.Checkpoint == "" {
+		t.Errorf("trial %d: %s at step %d (%s), checkpoint %q; want COMPLETED at step %d with a checkpoint",
+			tr.ID, tr.State, tr.Step, tr.Message, tr.Checkpoint, steps-1)
+	}
+	if l := readLedger(t, dir, tr.ID); len(l.starts) != 1 {
+		t.Errorf("trial %d started %d times (%+v); want once", tr.ID, len(l.starts), l.starts)
+	}
+}
+
 // TestDDPExampleSlurm runs examples/ddp-torch on the Slurm test cluster
 // (examples/ddp-torch/slurm.yaml), twice: as the example says (one node, two
 // processes), and as a gang of two nodes of one process each (one Slurm job

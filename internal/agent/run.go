@@ -237,6 +237,11 @@ type relayer struct {
 	mu     sync.Mutex // one report at a time, in order
 	lastFP string     // fingerprint of the directory last uploaded
 	lastID string     // the checkpoint it was uploaded as
+	// lastSum is the content digest (the unscoped ID of
+	// checkpoint.WriteArchive) of the directory last uploaded or restored:
+	// a directory whose fingerprint changed but whose content did not
+	// (its times were too recent to trust) is not uploaded again.
+	lastSum string
 }
 
 func (r *relayer) url(path string) string {
@@ -275,10 +280,11 @@ func (r *relayer) restore(ctx context.Context, retryFor time.Duration) error {
 				}
 				return err
 			}
-			_, err = checkpoint.ExtractArchive(resp.Body, r.dir, 1<<62)
+			info, err := checkpoint.ExtractArchive(resp.Body, r.dir, 1<<62)
 			if err != nil {
 				return retryable{fmt.Errorf("fetching checkpoint %s: %w", r.spec.Checkpoint, err)}
 			}
+			r.lastSum = info.ID
 			return nil
 		}()
 		var re retryable
@@ -328,6 +334,12 @@ func (r *relayer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // report uploads the checkpoint directory if it changed and passes the
 // report on, naming the checkpoint; it returns the server's answer (or 502
 // when the server could not be reached, which the trial retries).
+//
+// A changed fingerprint makes the agent archive the directory, but the
+// archive is sent only when its content differs from the last one sent:
+// a fingerprint taken within moments of a write is never trusted (see
+// checkpoint.Fingerprint), so the report after a checkpoint is written
+// reads it again, and finds it unchanged.
 func (r *relayer) report(ctx context.Context, body []byte) (int, []byte) {
 	if !r.chief {
 		return http.StatusOK, []byte(`{"decision":"continue"}`)
@@ -343,13 +355,15 @@ func (r *relayer) report(ctx context.Context, body []byte) (int, []byte) {
 		return localError("reading the checkpoint directory", err)
 	}
 	for try := 0; ; try++ {
-		id := r.lastID
+		id, sum := r.lastID, r.lastSum
 		if fp != r.lastFP || try > 0 {
-			code, reply, uploaded := r.upload(ctx)
+			// Once more after a restarted server forgot the upload: send it
+			// even if unchanged.
+			code, reply, uploaded, uploadedSum := r.upload(ctx, try > 0)
 			if code != http.StatusOK {
 				return code, reply
 			}
-			id = uploaded
+			id, sum = uploaded, uploadedSum
 		}
 		if id != "" {
 			rep["checkpoint"], _ = json.Marshal(id)
@@ -366,45 +380,51 @@ func (r *relayer) report(ctx context.Context, body []byte) (int, []byte) {
 			continue
 		}
 		if resp.StatusCode == http.StatusOK {
-			r.lastFP, r.lastID = fp, id
+			r.lastFP, r.lastID, r.lastSum = fp, id, sum
 		}
 		return resp.StatusCode, reply
 	}
 }
 
-// upload sends the checkpoint directory as an archive.
-func (r *relayer) upload(ctx context.Context) (int, []byte, string) {
+// upload archives the checkpoint directory and sends the archive, unless
+// (and force is false) its content is the last one sent, which keeps its
+// ID; it returns the checkpoint's ID on the server and the content digest.
+func (r *relayer) upload(ctx context.Context, force bool) (int, []byte, string, string) {
 	f, err := os.CreateTemp(r.tmp, "upload-*.tar")
 	if err != nil {
 		code, reply := localError("archiving the checkpoint directory", err)
-		return code, reply, ""
+		return code, reply, "", ""
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if _, err := checkpoint.WriteArchive(f, r.dir); err != nil {
+	content, err := checkpoint.WriteArchive(f, r.dir)
+	if err != nil {
 		code, reply := localError("archiving the checkpoint directory", err)
-		return code, reply, ""
+		return code, reply, "", ""
+	}
+	if !force && content.ID == r.lastSum {
+		return http.StatusOK, nil, r.lastID, r.lastSum
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		code, reply := localError("archiving the checkpoint directory", err)
-		return code, reply, ""
+		return code, reply, "", ""
 	}
 	resp, err := r.do(ctx, http.MethodPost, "/checkpoints", "application/x-tar", f)
 	if err != nil {
-		return http.StatusBadGateway, jsonError("uploading the checkpoint: the server cannot be reached: " + err.Error()), ""
+		return http.StatusBadGateway, jsonError("uploading the checkpoint: the server cannot be reached: " + err.Error()), "", ""
 	}
 	defer resp.Body.Close()
 	reply, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, reply, ""
+		return resp.StatusCode, reply, "", ""
 	}
 	var info struct {
 		ID string `json:"id"`
 	}
 	if err := json.Unmarshal(reply, &info); err != nil {
-		return http.StatusBadGateway, jsonError("uploading the checkpoint: unreadable answer: " + err.Error()), ""
+		return http.StatusBadGateway, jsonError("uploading the checkpoint: unreadable answer: " + err.Error()), "", ""
 	}
-	return http.StatusOK, nil, info.ID
+	return http.StatusOK, nil, info.ID, content.ID
 }
 
 // localError is the answer to the trial for a failure on this node: 422

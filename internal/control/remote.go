@@ -43,10 +43,12 @@ var ErrNotRemote = errors.New("not a remote attempt")
 
 // UploadCheckpoint stores the checkpoint directory a remote attempt's agent
 // sends as an archive (checkpoint.WriteArchive) and returns what it saved;
-// a later Report of the attempt may name it. The archive is unpacked into a
-// private directory and saved like a local trial's directory, so the ID is
-// the same content address either way, and nothing is visible before the
-// whole archive arrived intact.
+// a later Report of the attempt may name it. An upload waits to be named
+// (at most maxPendingUploads do) unless its content is the attempt's latest
+// checkpoint's, so uploading the same content again is harmless. The
+// archive is unpacked into a private directory and saved like a local
+// trial's directory, so the ID is the same content address either way, and
+// nothing is visible before the whole archive arrived intact.
 func (c *Controller) UploadCheckpoint(ctx context.Context, attemptID int64, r io.Reader) (checkpoint.Info, error) {
 	la, err := c.remoteAttempt(ctx, attemptID)
 	if err != nil {
@@ -70,6 +72,12 @@ func (c *Controller) UploadCheckpoint(ctx context.Context, attemptID int64, r io
 	}
 	la.mu.Lock()
 	defer la.mu.Unlock()
+	if info.ID == la.lastID {
+		// The content of the attempt's latest checkpoint, already recorded
+		// (an agent that cannot tell an unchanged directory uploads it
+		// again): a report may name it, and nothing waits to be reported.
+		return info, nil
+	}
 	if la.uploaded == nil {
 		la.uploaded = map[string]checkpoint.Info{}
 	}

@@ -183,7 +183,11 @@ func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (s
 	}
 	if err == nil && r.ckpt != nil {
 		la.lastID = r.ckpt.ID
-		delete(la.uploaded, r.ckpt.ID)
+	}
+	if err == nil && rep.Checkpoint != "" {
+		// Named by an acknowledged report: no longer unreported, whether it
+		// was new or the latest uploaded again.
+		delete(la.uploaded, rep.Checkpoint)
 	}
 	return d, err
 }

@@ -6,7 +6,9 @@
 //	DIR/violations     a line for every moment two processes of one trial lived at once
 //
 // DIR is $STEPTRIAL_LEDGER. Hyperparameters: steps, sleep_ms, x, fail_at
-// (exit 3 after that step on the first attempt only), report (http|stdout).
+// (exit 3 after that step on the first attempt only), report (http|stdout),
+// checkpoint_every (write the checkpoint after every that many steps, at
+// once before the step's report; default 1).
 package main
 
 import (
@@ -40,6 +42,7 @@ func run() error {
 	x := t.Float("x", 0)
 	failAt := t.Int("fail_at", -1)
 	mode := t.String("report", "http")
+	every := max(t.Int("checkpoint_every", 1), 1)
 	dir := os.Getenv("STEPTRIAL_LEDGER")
 	id := strconv.FormatInt(t.TrialID(), 10)
 	pid := os.Getpid()
@@ -74,12 +77,14 @@ func run() error {
 		case <-time.After(sleep):
 		}
 		appendLine(ledger, fmt.Sprintf("step %d pid=%d", s, pid))
-		tmp := ckpt + ".tmp"
-		if err := os.WriteFile(tmp, []byte(strconv.Itoa(s)), 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, ckpt); err != nil {
-			return err
+		if (s+1)%every == 0 {
+			tmp := ckpt + ".tmp"
+			if err := os.WriteFile(tmp, []byte(strconv.Itoa(s)), 0o644); err != nil {
+				return err
+			}
+			if err := os.Rename(tmp, ckpt); err != nil {
+				return err
+			}
 		}
 		loss := (x-0.3)*(x-0.3) + 1/float64(s+1)
 		if mode == "stdout" {
