@@ -770,7 +770,7 @@ func (s *Server) mayActFor(w http.ResponseWriter, r *http.Request, attemptID int
 		writeError(w, http.StatusForbidden, control.ErrForbidden)
 		return false
 	}
-	return true // not live: the handler answers 409
+	return true // not live: the handler answers 409 (ended) or 404 (never existed)
 }
 
 // CompleteRequest ends an API-driven attempt.

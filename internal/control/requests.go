@@ -137,14 +137,14 @@ func (c *Controller) AttemptTrial(attemptID int64) (trialID int64, ok bool) {
 // Report records a metric report of a live attempt: it saves the trial's
 // checkpoint directory if it changed, commits the metric (and checkpoint)
 // durably, and returns the searcher's decision. ErrSuperseded means the
-// attempt is no longer current.
+// attempt is no longer current; virga.ErrNotFound that it never existed.
 func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (search.Decision, error) {
 	if err := rep.Validate(); err != nil {
 		return search.Continue, err
 	}
 	la := c.liveAttempt(attemptID)
 	if la == nil {
-		return search.Stop, ErrSuperseded
+		return search.Stop, c.notLive(ctx, attemptID)
 	}
 	if !Allowed(ctx, la.trialID) {
 		return search.Continue, ErrForbidden

@@ -112,6 +112,8 @@ type Store interface {
 	Trial(ctx context.Context, id int64) (*virga.Trial, error)
 	// Trials lists an experiment's trials ordered by Seq.
 	Trials(ctx context.Context, experimentID int64) ([]*virga.Trial, error)
+	// Attempt returns one attempt; virga.ErrNotFound if it never existed.
+	Attempt(ctx context.Context, id int64) (*virga.Attempt, error)
 	// Attempts lists a trial's attempts ordered by Number.
 	Attempts(ctx context.Context, trialID int64) ([]*virga.Attempt, error)
 	// ExperimentAttempts lists the attempts of all an experiment's trials,
