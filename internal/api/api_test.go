@@ -248,6 +248,9 @@ func TestErrors(t *testing.T) {
 		{"empty body", "POST", report, ``, 400, "request body: empty: want a JSON object"},
 		{"report cut short", "POST", report, `{"step": 1, "metrics": {"loss"`, 400, "the JSON value ends early, at offset"},
 		{"body over the limit", "POST", report, `{"step": 1, "metrics": {"loss": 1}, "checkpoint": "` + strings.Repeat("x", MaxBody) + `"}`, 413, "larger than the limit of 2097152 bytes (2 MiB)"},
+		{"too many metrics", "POST", report, tooManyMetrics(), 400, fmt.Sprintf("metrics: %d values; a report may carry at most %d", virga.MaxMetricsPerReport+1, virga.MaxMetricsPerReport)},
+		{"metric name too long", "POST", report, `{"step": 1, "metrics": {"` + strings.Repeat("n", virga.MaxMetricName+1) + `": 1}}`, 400, fmt.Sprintf("is %d bytes long; at most %d are allowed", virga.MaxMetricName+1, virga.MaxMetricName)},
+		{"metric name with a newline", "POST", report, `{"step": 1, "metrics": {"a\nb": 1}}`, 400, "holds the control character U+000A"},
 		{"negative step", "POST", report, `{"step": -1, "metrics": {"loss": 1}}`, 400, "step"},
 		{"empty metric name", "POST", report, `{"step": 1, "metrics": {"": 1}}`, 400, "names must not be empty"},
 		{"unknown attempt", "POST", "/api/v1/attempts/99999/report", `{"step": 1, "metrics": {"loss": 1}}`, 404, "attempt 99999 does not exist"},
@@ -314,6 +317,15 @@ func TestErrors(t *testing.T) {
 			e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/experiments/%d/%s", exp.ID, op), "", nil, nil)
 		}
 	})
+}
+
+// tooManyMetrics is a report with one metric more than a report may carry.
+func tooManyMetrics() string {
+	var ms []string
+	for i := range virga.MaxMetricsPerReport + 1 {
+		ms = append(ms, fmt.Sprintf(`"m%d": 1`, i))
+	}
+	return `{"step": 1, "metrics": {` + strings.Join(ms, ", ") + `}}`
 }
 
 // sseEvent is one parsed server-sent event.

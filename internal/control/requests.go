@@ -3,9 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -101,20 +99,13 @@ type Report struct {
 	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
-// Validate checks a report's content.
+// Validate checks a report's content: a step >= 0 and metrics within
+// virga.CheckMetrics's limits.
 func (r *Report) Validate() error {
 	if r.Step < 0 {
 		return fmt.Errorf("step: must be >= 0 (got %d)", r.Step)
 	}
-	for k, v := range r.Metrics {
-		if k == "" {
-			return errors.New("metrics: names must not be empty")
-		}
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("metrics.%s: must be a finite number", k)
-		}
-	}
-	return nil
+	return virga.CheckMetrics(r.Metrics)
 }
 
 type reportReq struct {
