@@ -6,10 +6,18 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/virga-ml/virga"
 )
+
+// ErrUnavailable means a store's database cannot be reached yet or is not
+// ready for connections (starting up, recovering, shutting down): opening it
+// again later may succeed. A store's Open wraps it; an error without it
+// (a wrong password, a bad URL, a missing database) will not go away by
+// waiting.
+var ErrUnavailable = errors.New("the database is unavailable")
 
 // Batch is a set of changes committed in one transaction, all or nothing.
 //
