@@ -82,7 +82,7 @@ a commit fails: run it under a supervisor that restarts it.`,
 				if _, bad := errors.AsType[*spec.Error](err); bad {
 					return usageError{err}
 				}
-				return err
+				return notTheServer{err} // a refused connection is the database's, not a Virga server's
 			}
 			log.Info("virga server ready", "url", s.URL, "data_dir", g.dataDir, "admin_token_file", s.TokenFile)
 			if g.json {

@@ -372,7 +372,7 @@ func openStore(ctx context.Context, url string, wait time.Duration, clk clock, l
 		}
 		d := min(backoff, wait-waited)
 		log.Warn("waiting for the database: it cannot be reached yet, or is starting up or recovering",
-			"retry_in", d, "waited", waited.Round(time.Millisecond), "gives_up_after", wait, "err", err)
+			"retry_in", d.Round(time.Millisecond), "waited", waited.Round(time.Millisecond), "gives_up_after", wait, "err", err)
 		if err := clk.Sleep(ctx, d); err != nil {
 			return nil, fmt.Errorf("waiting for the database: %w", err)
 		}
