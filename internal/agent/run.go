@@ -303,6 +303,10 @@ type retryable struct{ error }
 
 func (r retryable) Unwrap() error { return r.error }
 
+// maxReportBody bounds a report the trial posts, as the server's API
+// bounds it (api.MaxBody): a longer one is answered 413.
+const maxReportBody = 2 << 20
+
 // ServeHTTP takes a report from the trial.
 func (r *relayer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") {
@@ -316,9 +320,15 @@ func (r *relayer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, `{"error": "send the trial's token: Authorization: Bearer $VIRGA_TOKEN"}`, http.StatusUnauthorized)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxReportBody))
 	if err != nil {
-		http.Error(w, `{"error": "reading the report"}`, http.StatusBadRequest)
+		code := http.StatusBadRequest
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			code = http.StatusRequestEntityTooLarge
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, _ = w.Write(jsonError(fmt.Sprintf("reading the report (at most %d bytes): %v", maxReportBody, err)))
 		return
 	}
 	// Not cancelled when the trial gives up waiting: a large upload goes on,
