@@ -153,3 +153,50 @@ func TestMetricScannerAnyWrites(t *testing.T) {
 		}
 	}
 }
+
+// FuzzMetricScanner feeds arbitrary output, in writes of a size the input's
+// first byte picks, through the agent's scanner: the output passes whole,
+// the payloads posted are those of the VIRGA_METRIC lines of at most
+// virga.MaxMetricLine bytes that end in a newline, and each longer
+// VIRGA_METRIC line is told to tooLong with its size.
+func FuzzMetricScanner(f *testing.F) {
+	for _, s := range []string{"\xffVIRGA_METRIC {}\r\nx\n", "\x02hello\nVIRGA_METRIC {\"step\":1}\nVIRGA_METRIC", "\xffVIRGA_METRIC " + strings.Repeat("a", virga.MaxMetricLine) + "\nVIRGA_METRIC 1\n", "\x00"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) == 0 {
+			return
+		}
+		size, data := int(in[0])+1, in[1:]
+		var posted []string
+		var long []int
+		var buf bytes.Buffer
+		m := &metricScanner{out: &buf, post: func(b []byte) { posted = append(posted, string(b)) }, tooLong: func(n int) { long = append(long, n) }}
+		for p := data; len(p) > 0; {
+			n := min(size, len(p))
+			if _, err := m.Write(p[:n]); err != nil {
+				t.Fatal(err)
+			}
+			p = p[n:]
+		}
+		m.flush()
+		var wantPosted []string
+		var wantLong []int
+		lines := strings.Split(string(data), "\n")
+		for _, l := range lines[:len(lines)-1] { // the last has no newline
+			switch {
+			case !strings.HasPrefix(l, metricPrefix):
+			case len(l) > virga.MaxMetricLine:
+				wantLong = append(wantLong, len(l))
+			default:
+				wantPosted = append(wantPosted, strings.TrimPrefix(strings.TrimRight(l, "\r"), metricPrefix))
+			}
+		}
+		if !bytes.Equal(buf.Bytes(), data) {
+			t.Fatalf("the output was not passed on whole")
+		}
+		if !slices.Equal(posted, wantPosted) || !slices.Equal(long, wantLong) {
+			t.Fatalf("posted %q, want %q; too long %v, want %v", posted, wantPosted, long, wantLong)
+		}
+	})
+}
