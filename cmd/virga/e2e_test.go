@@ -840,3 +840,26 @@ func TestCLIAnswers(t *testing.T) {
 		t.Errorf("ls --state bogus: exit %d %q; want 1 listing the states", code, stderr)
 	}
 }
+
+// TestServerGivesUpOnAnUnreachableDatabase: with --db-wait 0, a PostgreSQL
+// that refuses connections ends virga server at once with an error about
+// the database, not a hint to start a Virga server; a negative wait is a
+// usage error.
+func TestServerGivesUpOnAnUnreachableDatabase(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	db := "postgres://virga@" + addr + "/virga?sslmode=disable"
+	_, stderr, code := runCLI(t, dir, "server", "--data-dir", filepath.Join(dir, "data"), "--db", db, "--db-wait", "0")
+	if code != 1 || !strings.Contains(stderr, "connection refused") || strings.Contains(stderr, "is `virga server` running?") ||
+		strings.Contains(stderr, "waiting for the database") {
+		t.Errorf("exit %d, stderr:\n%s\nwant 1, the refused connection at once, and no hint to start a Virga server", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, dir, "server", "--data-dir", filepath.Join(dir, "data"), "--db", db, "--db-wait", "-1s"); code != 2 || !strings.Contains(stderr, "--db-wait -1s") {
+		t.Errorf("--db-wait -1s: exit %d, stderr:\n%s\nwant 2 naming the flag", code, stderr)
+	}
+}

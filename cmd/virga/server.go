@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -24,6 +25,7 @@ func newServerCmd(g *globals) *cobra.Command {
 	var rc remoteFlags
 	var cpu float64
 	var gpu int
+	var dbWait time.Duration
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a Virga server: the API, the control loop and the local backend",
@@ -33,7 +35,12 @@ others restart from their latest checkpoint. On stop, running trials go on and
 the next server adopts them.
 
 Token auth is required when listening on a non-loopback address; the admin
-token is created on first start in DATA-DIR/admin-token.`,
+token is created on first start in DATA-DIR/admin-token.
+
+A PostgreSQL store that cannot be reached yet, or is starting up or
+recovering, is waited for (--db-wait, with backoff, saying so); a wrong
+password or URL ends the server at once. Once running, the server exits if
+a commit fails: run it under a supervisor that restarts it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			capacity := virga.Resources{CPU: cpu, GPU: gpu}
@@ -43,6 +50,12 @@ token is created on first start in DATA-DIR/admin-token.`,
 					return usageError{fmt.Errorf("--memory: %w", err)}
 				}
 				capacity.MemoryMB = mb
+			}
+			if dbWait < 0 {
+				return usageError{fmt.Errorf("--db-wait %s: want a duration >= 0 (0: do not wait)", dbWait)}
+			}
+			if dbWait == 0 {
+				dbWait = -1 // server.Config: negative is no waiting
 			}
 			if cpu < 0 || gpu < 0 || (memory != "" && capacity.MemoryMB <= 0) {
 				return usageError{fmt.Errorf("--cpu, --memory and --gpu must not be negative")}
@@ -61,7 +74,7 @@ token is created on first start in DATA-DIR/admin-token.`,
 				}
 			}
 			log := newLogger(g.stderr, false)
-			s, err := server.Start(cmd.Context(), server.Config{Listen: listen, DataDir: g.dataDir, DB: db,
+			s, err := server.Start(cmd.Context(), server.Config{Listen: listen, DataDir: g.dataDir, DB: db, DBWait: dbWait,
 				Capacity: capacity, Version: version, Logger: log, CapacityFile: capacityFile,
 				Advertise: rc.advertise, Checkpoints: rc.checkpoints, Agent: rc.agent, KubeImage: rc.kubeImage,
 				KubeNamespace: rc.kubeNamespace, Kubeconfig: rc.kubeconfig})
@@ -69,7 +82,7 @@ token is created on first start in DATA-DIR/admin-token.`,
 				if _, bad := errors.AsType[*spec.Error](err); bad {
 					return usageError{err}
 				}
-				return err
+				return notTheServer{err} // a refused connection is the database's, not a Virga server's
 			}
 			log.Info("virga server ready", "url", s.URL, "data_dir", g.dataDir, "admin_token_file", s.TokenFile)
 			if g.json {
@@ -88,6 +101,7 @@ token is created on first start in DATA-DIR/admin-token.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", envOr("VIRGA_LISTEN", ""), "address to listen on (default: 127.0.0.1 on the port this data directory used last, or a free one)")
 	f.StringVar(&db, "db", os.Getenv("VIRGA_DB"), "store URL: postgres://... for PostgreSQL; default SQLite in the data directory")
+	f.DurationVar(&dbWait, "db-wait", server.DefaultDBWait, "how long to wait at start for a database that cannot be reached yet or is starting up or recovering, retrying with backoff (0: do not wait)")
 	f.Float64Var(&cpu, "cpu", 0, "CPU cores trials may use (default: this machine's)")
 	f.StringVar(&memory, "memory", "", "memory trials may use, e.g. 16GiB (default: this machine's)")
 	f.IntVar(&gpu, "gpu", 0, "GPUs trials may use")

@@ -27,3 +27,17 @@ func TestRelayNeedsTheTrialsToken(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayRefusesATooLargeReport: a report over the API's body limit is
+// answered 413 by the agent, as the server would, not cut and passed on.
+func TestRelayRefusesATooLargeReport(t *testing.T) {
+	r := &relayer{spec: &Spec{Token: "vt9.secret", AttemptID: 3, Server: "http://127.0.0.1:9"}}
+	body := `{"step": 1, "metrics": {"loss": 1}, "checkpoint": "` + strings.Repeat("x", maxReportBody) + `"}`
+	req := httptest.NewRequest("POST", "/api/v1/attempts/3/report", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer vt9.secret")
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, req)
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "at most 2097152 bytes") {
+		t.Errorf("a report of %d bytes: HTTP %d %s, want 413 naming the limit", len(body), w.Code, w.Body)
+	}
+}

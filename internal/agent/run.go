@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/checkpoint"
 )
 
@@ -130,7 +131,10 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	trialEnv = append(trialEnv, "VIRGA_CHECKPOINT_DIR="+ckptDir, "VIRGA_REPORT_URL="+reportURL, "VIRGA_NODE_RANK="+strconv.Itoa(nodeRank))
 
-	stdout := &metricScanner{out: o.Stdout, post: rel.metricLine}
+	stdout := &metricScanner{out: o.Stdout, post: rel.metricLine, tooLong: func(size int) {
+		o.Logger.Warn("a VIRGA_METRIC line was not reported: it is longer than a metric line may be (report fewer or shorter metrics)",
+			"bytes", size, "limit_bytes", virga.MaxMetricLine)
+	}}
 	g := &Gang{Argv: s.Argv, Env: trialEnv, Workdir: workdir(s.Workdir), NodeRank: nodeRank, Nodes: s.Nodes,
 		ProcessesPerNode: s.ProcessesPerNode, MasterAddr: master, MasterPort: s.MasterPort,
 		Stdout: stdout, Stderr: o.Stderr, Grace: s.StopGrace}
@@ -305,6 +309,10 @@ type retryable struct{ error }
 
 func (r retryable) Unwrap() error { return r.error }
 
+// maxReportBody bounds a report the trial posts, as the server's API
+// bounds it (api.MaxBody): a longer one is answered 413.
+const maxReportBody = 2 << 20
+
 // ServeHTTP takes a report from the trial.
 func (r *relayer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") {
@@ -318,9 +326,15 @@ func (r *relayer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, `{"error": "send the trial's token: Authorization: Bearer $VIRGA_TOKEN"}`, http.StatusUnauthorized)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxReportBody))
 	if err != nil {
-		http.Error(w, `{"error": "reading the report"}`, http.StatusBadRequest)
+		code := http.StatusBadRequest
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			code = http.StatusRequestEntityTooLarge
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, _ = w.Write(jsonError(fmt.Sprintf("reading the report (at most %d bytes): %v", maxReportBody, err)))
 		return
 	}
 	// Not cancelled when the trial gives up waiting: a large upload goes on,
@@ -437,10 +451,15 @@ func localError(what string, err error) (int, []byte) {
 	return http.StatusServiceUnavailable, jsonError(what + ": " + err.Error())
 }
 
-// metricLine posts a VIRGA_METRIC line's report on the trial's behalf,
+// metricLine posts a VIRGA_METRIC line's report on the trial's behalf (one
+// that virga.CheckMetricLine refuses is noted in the trial's log instead),
 // retrying while the server cannot be reached or answers 5xx (as the local
 // backend's shim does), for up to the retry time.
 func (r *relayer) metricLine(payload []byte) {
+	if err := virga.CheckMetricLine(payload); err != nil {
+		r.log.Warn("ignoring VIRGA_METRIC line: "+err.Error(), "line", string(clip(payload, 200)))
+		return
+	}
 	deadline := time.Now().Add(r.retry)
 	wait := 250 * time.Millisecond
 	for {
@@ -457,19 +476,32 @@ func (r *relayer) metricLine(payload []byte) {
 	}
 }
 
+// clip returns b's first n bytes.
+func clip(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
 func jsonError(msg string) []byte {
 	b, _ := json.Marshal(map[string]string{"error": msg})
 	return b
 }
 
 // metricScanner passes output through and hands each VIRGA_METRIC line's
-// payload to post, in order, off the writer's goroutine.
+// payload to post, in order, off the writer's goroutine. A line longer than
+// virga.MaxMetricLine is output only: tooLong is told its size, as the
+// local backend's shim notes it in the trial's log.
 type metricScanner struct {
-	out  io.Writer
-	post func([]byte)
+	out     io.Writer
+	post    func([]byte)
+	tooLong func(size int)
 
 	mu    sync.Mutex
-	line  []byte
+	line  []byte // the current line so far, up to virga.MaxMetricLine bytes
+	over  int    // the size so far of a line past the limit (then line is empty)
+	long  bool   // that line is a VIRGA_METRIC line
 	queue chan []byte
 	done  chan struct{}
 }
@@ -481,25 +513,39 @@ func (m *metricScanner) Write(p []byte) (int, error) {
 	defer m.mu.Unlock()
 	if m.queue == nil {
 		m.queue, m.done = make(chan []byte, 1024), make(chan struct{})
+		// The goroutine gets its own copies: flush clears the fields,
+		// possibly before the goroutine first runs.
+		queue, done := m.queue, m.done
 		go func() {
-			defer close(m.done)
-			for b := range m.queue {
+			defer close(done)
+			for b := range queue {
 				m.post(b)
 			}
 		}()
 	}
-	m.line = append(m.line, p...)
-	for {
-		i := bytes.IndexByte(m.line, '\n')
-		if i < 0 {
+	for rest := p; len(rest) > 0; {
+		part, after, ended := bytes.Cut(rest, []byte{'\n'})
+		rest = after
+		if m.over > 0 {
+			m.over += len(part)
+		} else if m.line = append(m.line, part...); len(m.line) > virga.MaxMetricLine {
+			m.over, m.long = len(m.line), bytes.HasPrefix(m.line, []byte(metricPrefix))
+			m.line = m.line[:0]
+		}
+		if !ended {
 			break
 		}
-		if rest, ok := bytes.CutPrefix(bytes.TrimRight(m.line[:i], "\r"), []byte(metricPrefix)); ok {
-			m.queue <- bytes.Clone(rest)
+		switch {
+		case m.over > 0:
+			if m.long && m.tooLong != nil {
+				m.tooLong(m.over)
+			}
+			m.over, m.long = 0, false
+		default:
+			if payload, ok := bytes.CutPrefix(bytes.TrimRight(m.line, "\r"), []byte(metricPrefix)); ok {
+				m.queue <- bytes.Clone(payload)
+			}
 		}
-		m.line = m.line[i+1:]
-	}
-	if len(m.line) > 1<<20 { // an endless line is output, not a report
 		m.line = m.line[:0]
 	}
 	return m.out.Write(p)

@@ -5,6 +5,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -295,16 +296,65 @@ func queryInt(w http.ResponseWriter, r *http.Request, name string, def int64) (i
 	return n, true
 }
 
-const maxBody = 2 << 20
+// MaxBody bounds a JSON request body; a larger one is answered 413.
+const MaxBody = 2 << 20
 
+// decode reads the request's body into v as exactly one JSON value with no
+// unknown fields. It answers a bad body itself, 400 naming what is wrong or
+// 413 past MaxBody, and then returns false.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
+	err := decodeJSON(http.MaxBytesReader(w, r.Body, MaxBody), v)
+	if err == nil {
+		return true
+	}
+	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body: larger than the limit of %d bytes (%d MiB)", mbe.Limit, mbe.Limit>>20))
 		return false
 	}
-	return true
+	writeError(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
+	return false
+}
+
+// decodeJSON decodes one JSON value from src into v, refusing unknown
+// fields and anything but white space after the value.
+func decodeJSON(src io.Reader, v any) error {
+	dec := json.NewDecoder(src)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		switch {
+		case errors.Is(err, io.EOF):
+			return errors.New("empty: want a JSON object")
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return fmt.Errorf("the JSON value ends early, at offset %d", dec.InputOffset())
+		}
+		return err
+	}
+	rest := io.MultiReader(dec.Buffered(), src)
+	off := dec.InputOffset()
+	buf := make([]byte, 512)
+	for {
+		n, err := rest.Read(buf)
+		chunk := buf[:n]
+		if data := bytes.TrimLeft(chunk, " \t\r\n"); len(data) > 0 {
+			off += int64(n - len(data))
+			return fmt.Errorf("data after the JSON value at offset %d: %q (send one JSON object and nothing after it)", off, clip(data, 32))
+		}
+		off += int64(n)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// clip returns b's first n bytes.
+func clip(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
 }
 
 // Health is the body of /api/v1/health.
@@ -770,7 +820,7 @@ func (s *Server) mayActFor(w http.ResponseWriter, r *http.Request, attemptID int
 		writeError(w, http.StatusForbidden, control.ErrForbidden)
 		return false
 	}
-	return true // not live: the handler answers 409
+	return true // not live: the handler answers 409 (ended) or 404 (never existed)
 }
 
 // CompleteRequest ends an API-driven attempt.

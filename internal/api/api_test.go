@@ -241,9 +241,20 @@ func TestErrors(t *testing.T) {
 	}{
 		{"bad JSON", "POST", report, `{"step": 1,`, 400, "request body"},
 		{"unknown field", "POST", report, `{"step": 1, "metrics": {}, "loss": 3}`, 400, `unknown field "loss"`},
+		{"data after the report", "POST", report, `{"step": 1, "metrics": {"loss": 1}} trailing`, 400, `data after the JSON value at offset 36: "trailing"`},
+		{"a second report after the report", "POST", report, "{\"step\": 1, \"metrics\": {}}\n{\"step\": 2, \"metrics\": {}}", 400, `data after the JSON value at offset 27: "{\"step\": 2`},
+		{"data after a submission", "POST", "/api/v1/validate", `{"file": "a.yaml", "spec": "name: a"}]`, 400, `data after the JSON value at offset 37: "]"`},
+		{"white space after the report", "POST", report, "{\"step\": 0, \"metrics\": {}}\r\n\t \n", 200, ""},
+		{"empty body", "POST", report, ``, 400, "request body: empty: want a JSON object"},
+		{"report cut short", "POST", report, `{"step": 1, "metrics": {"loss"`, 400, "the JSON value ends early, at offset"},
+		{"body over the limit", "POST", report, `{"step": 1, "metrics": {"loss": 1}, "checkpoint": "` + strings.Repeat("x", MaxBody) + `"}`, 413, "larger than the limit of 2097152 bytes (2 MiB)"},
+		{"too many metrics", "POST", report, tooManyMetrics(), 400, fmt.Sprintf("metrics: %d values; a report may carry at most %d", virga.MaxMetricsPerReport+1, virga.MaxMetricsPerReport)},
+		{"metric name too long", "POST", report, `{"step": 1, "metrics": {"` + strings.Repeat("n", virga.MaxMetricName+1) + `": 1}}`, 400, fmt.Sprintf("is %d bytes long; at most %d are allowed", virga.MaxMetricName+1, virga.MaxMetricName)},
+		{"metric name with a newline", "POST", report, `{"step": 1, "metrics": {"a\nb": 1}}`, 400, "holds the control character U+000A"},
 		{"negative step", "POST", report, `{"step": -1, "metrics": {"loss": 1}}`, 400, "step"},
 		{"empty metric name", "POST", report, `{"step": 1, "metrics": {"": 1}}`, 400, "names must not be empty"},
-		{"unknown attempt", "POST", "/api/v1/attempts/99999/report", `{"step": 1, "metrics": {"loss": 1}}`, 409, "no longer current"},
+		{"unknown attempt", "POST", "/api/v1/attempts/99999/report", `{"step": 1, "metrics": {"loss": 1}}`, 404, "attempt 99999 does not exist"},
+		{"complete of an unknown attempt", "POST", "/api/v1/attempts/99999/complete", `{"ok": true}`, 404, "attempt 99999 does not exist"},
 		{"bad id", "POST", "/api/v1/attempts/abc/report", `{"step": 1}`, 400, "positive integer"},
 		{"unknown experiment", "GET", "/api/v1/experiments/99999", nil, 404, "not found"},
 		{"unknown trial", "GET", "/api/v1/trials/99999/metrics", nil, 404, "not found"},
@@ -263,6 +274,12 @@ func TestErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			code, body := e.do(c.method, c.path, "", c.body)
+			if c.wantCode == http.StatusOK {
+				if code != c.wantCode {
+					t.Errorf("HTTP %d %s; want 200", code, body)
+				}
+				return
+			}
 			var eb Error
 			if code != c.wantCode || json.Unmarshal(body, &eb) != nil || !strings.Contains(eb.Error, c.wantInBody) {
 				t.Errorf("HTTP %d %s; want %d with %q", code, body, c.wantCode, c.wantInBody)
@@ -300,6 +317,15 @@ func TestErrors(t *testing.T) {
 			e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/experiments/%d/%s", exp.ID, op), "", nil, nil)
 		}
 	})
+}
+
+// tooManyMetrics is a report with one metric more than a report may carry.
+func tooManyMetrics() string {
+	var ms []string
+	for i := range virga.MaxMetricsPerReport + 1 {
+		ms = append(ms, fmt.Sprintf(`"m%d": 1`, i))
+	}
+	return `{"step": 1, "metrics": {` + strings.Join(ms, ", ") + `}}`
 }
 
 // sseEvent is one parsed server-sent event.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +13,8 @@ import (
 
 // FuzzReportDecode posts arbitrary bodies to the report endpoint of a live
 // attempt through the real handler and control loop. The server must never
-// panic nor answer 5xx other than 503.
+// panic nor answer 5xx other than 503, and accepts only a body that is one
+// JSON value (white space around it aside).
 func FuzzReportDecode(f *testing.F) {
 	for _, s := range []string{
 		`{"step": 1, "metrics": {"loss": 0.5}}`,
@@ -25,6 +27,9 @@ func FuzzReportDecode(f *testing.F) {
 		`{"step": 1, "metrics": null}`,
 		`{"step": 1, "extra": true}`,
 		`{"step": 1, "metrics": {"loss": 1}} trailing`,
+		`{"step": 1, "metrics": {"loss": 1}}]`,
+		"{\"step\": 1, \"metrics\": {}}\n{\"step\": 2, \"metrics\": {}}",
+		"{\"step\": 1, \"metrics\": {}} \r\n",
 		`[]`, `null`, ``, `{`, "\x00\xff",
 		`{"metrics": {"\u0000": 1, "\ud800": 2}}`,
 	} {
@@ -45,6 +50,9 @@ func FuzzReportDecode(f *testing.F) {
 		case http.StatusOK, http.StatusBadRequest, http.StatusConflict, http.StatusServiceUnavailable:
 		default:
 			t.Fatalf("body %q: HTTP %d %s", body, rec.Code, rec.Body)
+		}
+		if rec.Code == http.StatusOK && !json.Valid(body) {
+			t.Fatalf("body %q is not one JSON value, yet it was accepted", body)
 		}
 		if rec.Code == http.StatusConflict {
 			t.Fatalf("body %q: the live attempt was refused: %s", body, rec.Body)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -30,7 +31,7 @@ var apiRoutes = []route{
 	{"get", "/api/v1/trials/{id}/metrics", "A trial's reports ordered by step (query: after=STEP)", "", "MetricList", ""},
 	{"get", "/api/v1/trials/{id}/checkpoints", "A trial's retained checkpoints", "", "CheckpointList", ""},
 	{"get", "/api/v1/trials/{id}/logs", "A trial's output, all attempts (query: follow=true streams until it ends)", "", "", "text/plain"},
-	{"post", "/api/v1/attempts/{id}/report", "Report metrics of an attempt; the reply says continue or stop; 409 if superseded; 422 if the checkpoint directory holds what a checkpoint cannot", "Report", "ReportReply", ""},
+	{"post", "/api/v1/attempts/{id}/report", "Report metrics of an attempt (at most 256, names of 1-250 bytes); the reply says continue or stop; 404 if no attempt has the ID; 409 if it is no longer running; 422 if the checkpoint directory holds what a checkpoint cannot", "Report", "ReportReply", ""},
 	{"post", "/api/v1/attempts/{id}/checkpoints", "Upload a remote attempt's checkpoint directory (body: application/x-tar); a later report names it by the returned id", "tar", "CheckpointInfo", ""},
 	{"get", "/api/v1/attempts/{id}/checkpoints/{checkpoint}", "Download the checkpoint a remote attempt resumes from, as application/x-tar", "", "", "application/x-tar"},
 	{"post", "/api/v1/attempts/{id}/complete", "Tell: end an API-driven attempt (ok: completed, else failed)", "CompleteRequest", "Trial", ""},
@@ -112,6 +113,28 @@ func schemas() map[string]any {
 	}
 }
 
+func errorReply(what string) map[string]any {
+	return map[string]any{"description": what, "content": map[string]any{"application/json": map[string]any{"schema": ref("Error")}}}
+}
+
+// errorStatuses returns the error statuses an operation documents beside
+// its default, by code.
+func errorStatuses(r route) map[string]string {
+	out := map[string]string{}
+	if r.body != "" && r.body != "tar" {
+		out["400"] = "the body is not one JSON value of the schema (nothing may follow it), or breaks a limit; the error says which"
+		out["413"] = fmt.Sprintf("the body is over %d bytes", MaxBody)
+	}
+	if strings.HasPrefix(r.path, "/api/v1/attempts/{id}/") {
+		out["404"] = "no attempt has this ID"
+		out["409"] = "the attempt is no longer running (it ended, or the trial runs as another attempt)"
+	}
+	if r.path == "/api/v1/attempts/{id}/report" {
+		out["422"] = "the checkpoint directory holds what a checkpoint cannot, or names a checkpoint not uploaded"
+	}
+	return out
+}
+
 // OpenAPI returns the OpenAPI 3.0 document of the API.
 func OpenAPI(version string) map[string]any {
 	paths := map[string]any{}
@@ -130,7 +153,10 @@ func OpenAPI(version string) map[string]any {
 			code = "201"
 		}
 		resp[code] = ok
-		resp["default"] = map[string]any{"description": "error", "content": map[string]any{"application/json": map[string]any{"schema": ref("Error")}}}
+		for code, what := range errorStatuses(r) {
+			resp[code] = errorReply(what)
+		}
+		resp["default"] = errorReply("error")
 		if r.body == "tar" {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/x-tar": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}}
 		} else if r.body != "" {

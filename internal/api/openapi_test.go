@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -48,4 +49,29 @@ func jsonFields(typ reflect.Type) []string {
 		}
 	}
 	return fields
+}
+
+// TestOpenAPIDocumentsReportStatuses checks that the document lists the
+// statuses a report may be answered with, each with the Error schema.
+func TestOpenAPIDocumentsReportStatuses(t *testing.T) {
+	doc := OpenAPI("test")
+	op := doc["paths"].(map[string]any)["/api/v1/attempts/{id}/report"].(map[string]any)["post"].(map[string]any)
+	resp := op["responses"].(map[string]any)
+	for _, code := range []string{"200", "400", "404", "409", "413", "422", "default"} {
+		r, ok := resp[code].(map[string]any)
+		if !ok {
+			t.Errorf("report: no response %s documented", code)
+			continue
+		}
+		if code == "200" {
+			continue
+		}
+		content, _ := r["content"].(map[string]any)
+		if js, _ := content["application/json"].(map[string]any); js == nil || !reflect.DeepEqual(js["schema"], ref("Error")) {
+			t.Errorf("report: response %s does not have the Error schema: %v", code, r)
+		}
+	}
+	if d := resp["413"].(map[string]any)["description"]; !strings.Contains(fmt.Sprint(d), fmt.Sprint(MaxBody)) {
+		t.Errorf("report: 413 is described as %q, want the limit %d", d, MaxBody)
+	}
 }

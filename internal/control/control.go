@@ -418,6 +418,20 @@ type result[T any] struct {
 	err error
 }
 
+// notLive says why attemptID has no live attempt: ErrSuperseded if the
+// attempt exists (it ended, or was never started here), an error wrapping
+// virga.ErrNotFound if no attempt ever had that ID.
+func (c *Controller) notLive(ctx context.Context, attemptID int64) error {
+	_, err := c.cfg.Store.Attempt(ctx, attemptID)
+	switch {
+	case err == nil:
+		return fmt.Errorf("attempt %d: %w", attemptID, ErrSuperseded)
+	case errors.Is(err, virga.ErrNotFound):
+		return fmt.Errorf("attempt %d does not exist: %w", attemptID, virga.ErrNotFound)
+	}
+	return fmt.Errorf("looking up attempt %d: %w", attemptID, err)
+}
+
 func (c *Controller) liveAttempt(id int64) *liveAttempt {
 	c.liveMu.RLock()
 	defer c.liveMu.RUnlock()

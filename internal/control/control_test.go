@@ -367,8 +367,10 @@ func TestReportToSupersededAttempt(t *testing.T) {
 	if _, err := h.ctl.Report(context.Background(), s.AttemptID, control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}); !errors.Is(err, control.ErrSuperseded) {
 		t.Errorf("report of the old attempt: %v, want ErrSuperseded", err)
 	}
-	if _, err := h.ctl.Report(context.Background(), 999999, control.Report{Step: 1}); !errors.Is(err, control.ErrSuperseded) {
-		t.Errorf("report of an unknown attempt: %v, want ErrSuperseded", err)
+	// An attempt that never existed is not "superseded": the caller has the
+	// wrong ID, and a trial must not take it for an order to exit.
+	if _, err := h.ctl.Report(context.Background(), 999999, control.Report{Step: 1}); !errors.Is(err, virga.ErrNotFound) || errors.Is(err, control.ErrSuperseded) {
+		t.Errorf("report of an unknown attempt: %v, want virga.ErrNotFound", err)
 	}
 	h.started(s2)
 	if d := h.report(s2.AttemptID, 1, 0.5); d != "continue" {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -84,7 +85,11 @@ type tellReq struct {
 // failed (and is retried up to max_restarts, as a process would be).
 func (c *Controller) Tell(ctx context.Context, attemptID int64, ok bool) (*virga.Trial, error) {
 	r := &tellReq{attemptID: attemptID, ok: ok, ctx: ctx, reply: make(chan result[*virga.Trial], 1)}
-	return call(ctx, c, r, r.reply)
+	t, err := call(ctx, c, r, r.reply)
+	if errors.Is(err, ErrSuperseded) {
+		err = c.notLive(ctx, attemptID)
+	}
+	return t, err
 }
 
 func (c *Controller) handleTell(it *iteration, r *tellReq) {

@@ -19,7 +19,7 @@ const MaxUploadBytes int64 = 1 << 40
 func (c *Controller) remoteAttempt(ctx context.Context, attemptID int64) (*liveAttempt, error) {
 	la := c.liveAttempt(attemptID)
 	if la == nil {
-		return nil, ErrSuperseded
+		return nil, c.notLive(ctx, attemptID)
 	}
 	if !Allowed(ctx, la.trialID) {
 		return nil, ErrForbidden

@@ -3,9 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -101,20 +99,13 @@ type Report struct {
 	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
-// Validate checks a report's content.
+// Validate checks a report's content: a step >= 0 and metrics within
+// virga.CheckMetrics's limits.
 func (r *Report) Validate() error {
 	if r.Step < 0 {
 		return fmt.Errorf("step: must be >= 0 (got %d)", r.Step)
 	}
-	for k, v := range r.Metrics {
-		if k == "" {
-			return errors.New("metrics: names must not be empty")
-		}
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("metrics.%s: must be a finite number", k)
-		}
-	}
-	return nil
+	return virga.CheckMetrics(r.Metrics)
 }
 
 type reportReq struct {
@@ -137,14 +128,14 @@ func (c *Controller) AttemptTrial(attemptID int64) (trialID int64, ok bool) {
 // Report records a metric report of a live attempt: it saves the trial's
 // checkpoint directory if it changed, commits the metric (and checkpoint)
 // durably, and returns the searcher's decision. ErrSuperseded means the
-// attempt is no longer current.
+// attempt is no longer current; virga.ErrNotFound that it never existed.
 func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (search.Decision, error) {
 	if err := rep.Validate(); err != nil {
 		return search.Continue, err
 	}
 	la := c.liveAttempt(attemptID)
 	if la == nil {
-		return search.Stop, ErrSuperseded
+		return search.Stop, c.notLive(ctx, attemptID)
 	}
 	if !Allowed(ctx, la.trialID) {
 		return search.Continue, ErrForbidden

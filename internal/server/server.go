@@ -44,6 +44,11 @@ type Config struct {
 	DataDir string
 	// DB is the store URL; empty means SQLite at DataDir/virga.db.
 	DB string
+	// DBWait is how long Start waits for a database that cannot be reached
+	// yet or is starting up or recovering (store.ErrUnavailable), retrying
+	// with capped exponential backoff and saying what it waits for; 0
+	// means DefaultDBWait, negative not at all.
+	DBWait time.Duration
 	// Capacity is the local backend's capacity; zero means this machine's.
 	Capacity virga.Resources
 	// ShimCommand runs the trial shim; nil means this executable's "shim" subcommand.
@@ -84,6 +89,47 @@ type Config struct {
 	Backend backend.Backend
 	Version string
 	Logger  *slog.Logger
+
+	// clock times the wait for the database; the zero value is the real
+	// clock (set by tests only).
+	clock clock
+}
+
+// DefaultDBWait is how long a server waits for its database by default.
+const DefaultDBWait = 2 * time.Minute
+
+// Backoff between attempts to open a database that is unavailable.
+const (
+	dbFirstBackoff = 250 * time.Millisecond
+	dbMaxBackoff   = 5 * time.Second
+)
+
+// clock is the time of Start's waits. Its zero value is the real clock.
+type clock struct {
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+func (c clock) Now() time.Time {
+	if c.now == nil {
+		return time.Now()
+	}
+	return c.now()
+}
+
+// Sleep waits for d, or until ctx ends (then it returns ctx's error).
+func (c clock) Sleep(ctx context.Context, d time.Duration) error {
+	if c.sleep != nil {
+		return c.sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Server is a running Virga server.
@@ -170,7 +216,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := sqliteParent(dbURL, dir); err != nil {
 		return nil, err
 	}
-	if s.st, err = storeopen.Open(ctx, dbURL); err != nil {
+	if s.st, err = openStore(ctx, dbURL, cfg.DBWait, cfg.clock, cfg.Logger, storeopen.Open); err != nil {
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
 	secret, err := readOrCreate(filepath.Join(dir, "secret"), 32)
@@ -294,6 +340,44 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// openStore opens the store at url with open. While its database is
+// unavailable (store.ErrUnavailable: nothing listens yet, it is starting up
+// or recovering) it tries again after a backoff that doubles from
+// dbFirstBackoff up to dbMaxBackoff, logging each time what it waits for,
+// until wait (0: DefaultDBWait; negative: no waiting) has passed. Any
+// other error ends it at once.
+func openStore(ctx context.Context, url string, wait time.Duration, clk clock, log *slog.Logger,
+	open func(context.Context, string) (store.Store, error)) (store.Store, error) {
+	if wait == 0 {
+		wait = DefaultDBWait
+	}
+	start := clk.Now()
+	backoff := dbFirstBackoff
+	for tries := 1; ; tries++ {
+		st, err := open(ctx, url)
+		if err == nil {
+			if tries > 1 {
+				log.Info("the database is available", "waited", clk.Now().Sub(start).Round(time.Millisecond), "attempts", tries)
+			}
+			return st, nil
+		}
+		if !errors.Is(err, store.ErrUnavailable) || wait < 0 {
+			return nil, err
+		}
+		waited := clk.Now().Sub(start)
+		if waited >= wait {
+			return nil, fmt.Errorf("gave up waiting for the database after %s and %d attempts (--db-wait): %w", wait.Round(time.Millisecond), tries, err)
+		}
+		d := min(backoff, wait-waited)
+		log.Warn("waiting for the database: it cannot be reached yet, or is starting up or recovering",
+			"retry_in", d.Round(time.Millisecond), "waited", waited.Round(time.Millisecond), "gives_up_after", wait, "err", err)
+		if err := clk.Sleep(ctx, d); err != nil {
+			return nil, fmt.Errorf("waiting for the database: %w", err)
+		}
+		backoff = min(2*backoff, dbMaxBackoff)
+	}
 }
 
 // sqliteParent refuses an SQLite store whose directory does not exist, rather

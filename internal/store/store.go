@@ -6,10 +6,18 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/virga-ml/virga"
 )
+
+// ErrUnavailable means a store's database cannot be reached yet or is not
+// ready for connections (starting up, recovering, shutting down): opening it
+// again later may succeed. A store's Open wraps it; an error without it
+// (a wrong password, a bad URL, a missing database) will not go away by
+// waiting.
+var ErrUnavailable = errors.New("the database is unavailable")
 
 // Batch is a set of changes committed in one transaction, all or nothing.
 //
@@ -112,6 +120,8 @@ type Store interface {
 	Trial(ctx context.Context, id int64) (*virga.Trial, error)
 	// Trials lists an experiment's trials ordered by Seq.
 	Trials(ctx context.Context, experimentID int64) ([]*virga.Trial, error)
+	// Attempt returns one attempt; virga.ErrNotFound if it never existed.
+	Attempt(ctx context.Context, id int64) (*virga.Attempt, error)
 	// Attempts lists a trial's attempts ordered by Number.
 	Attempts(ctx context.Context, trialID int64) ([]*virga.Attempt, error)
 	// ExperimentAttempts lists the attempts of all an experiment's trials,

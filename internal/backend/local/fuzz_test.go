@@ -2,15 +2,20 @@ package local
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/virga-ml/virga"
 )
 
 // FuzzMetricLine feeds arbitrary trial output through the shim's line copier
-// and VIRGA_METRIC parser. It must never panic, and every byte of the output
-// must reach output.log in order (the shim's own notes aside).
+// and VIRGA_METRIC parser. It must never panic, every byte of the output
+// must reach output.log in order (the shim's own notes aside), and each
+// VIRGA_METRIC line too long to report must be followed by a note saying so.
 func FuzzMetricLine(f *testing.F) {
 	for _, s := range []string{
 		"hello\nVIRGA_METRIC {\"step\":0,\"metrics\":{\"loss\":1}}\n",
@@ -23,6 +28,8 @@ func FuzzMetricLine(f *testing.F) {
 		"\x00\xff\n\n",
 		strings.Repeat("x", 70<<10) + "\nVIRGA_METRIC {\"step\":2,\"metrics\":{}}\n",
 		strings.Repeat("y", 64<<10-1) + "\nVIRGA_METRIC {\"step\":3,\"metrics\":{}}",
+		"VIRGA_METRIC {\"step\":4,\"metrics\":{}}" + strings.Repeat(" ", 64<<10) + "\nafter\n",
+		"VIRGA_METRIC " + strings.Repeat("z", 200<<10),
 	} {
 		f.Add([]byte(s))
 	}
@@ -48,6 +55,21 @@ func FuzzMetricLine(f *testing.F) {
 		}
 		if a, b := withoutShimNotes(got), withoutShimNotes(want); a != b {
 			t.Fatalf("output.log differs from the output:\n got %q\nwant %q", clip(a), clip(b))
+		}
+		var long []string
+		for _, l := range strings.Split(string(want[:max(len(want)-1, 0)]), "\n") {
+			if strings.HasPrefix(l, metricPrefix) && len(l) > virga.MaxMetricLine {
+				long = append(long, fmt.Sprintf("a VIRGA_METRIC line of %d bytes was not reported", len(l)))
+			}
+		}
+		var notes []string
+		for _, l := range strings.Split(string(got), "\n") {
+			if n, ok := strings.CutPrefix(l, "virga shim: a VIRGA_METRIC line of "); ok {
+				notes = append(notes, "a VIRGA_METRIC line of "+n[:strings.Index(n+":", ":")])
+			}
+		}
+		if !slices.Equal(long, notes) {
+			t.Fatalf("notes of lines too long to report:\n got %q\nwant %q", notes, long)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -398,10 +399,79 @@ echo done`)
 		}
 	}
 	out := readOutput(t, s.Dir)
-	for _, want := range []string{"ignoring malformed VIRGA_METRIC line", "400 Bad Request: metric name bad is not allowed", `VIRGA_METRIC {"step":1`, "done\n"} {
+	for _, want := range []string{"ignoring VIRGA_METRIC line: malformed: invalid character", "400 Bad Request: metric name bad is not allowed", `VIRGA_METRIC {"step":1`, "done\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output.log lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestMetricLineLimits runs a trial whose VIRGA_METRIC lines break the
+// limits a report to the API has: a line of virga.MaxMetricLine bytes is
+// reported, a longer one is not and the trial's log says so with its size,
+// and too many metrics or too long a name are refused with a note naming
+// the limit, before anything is posted.
+func TestMetricLineLimits(t *testing.T) {
+	t.Parallel()
+	rs := &reportServer{}
+	srv := httptest.NewServer(rs)
+	t.Cleanup(srv.Close)
+
+	const prefix = "VIRGA_METRIC "
+	fits := `{"step":1,"metrics":{"loss":2}`
+	fits += strings.Repeat(" ", virga.MaxMetricLine-len(prefix)-len(fits)-1) + "}"
+	over := `{"step":2,"metrics":{"loss":3}`
+	over += strings.Repeat(" ", virga.MaxMetricLine-len(prefix)-len(over)) + "}"
+	var many []string
+	for i := range virga.MaxMetricsPerReport + 1 {
+		many = append(many, fmt.Sprintf(`"m%d":1`, i))
+	}
+	long := strings.Repeat("n", virga.MaxMetricName+1)
+	lines := []string{
+		prefix + fits,
+		prefix + over,
+		prefix + `{"step":3,"metrics":{` + strings.Join(many, ",") + `}}`,
+		prefix + `{"step":4,"metrics":{"` + long + `":1}}`,
+		prefix + `{"step":5,"metrics":{"a\nb":1}}`,
+		prefix + `{"step":6,"metrics":{"loss":1}}`,
+	}
+	file := filepath.Join(t.TempDir(), "out")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t, Config{WarmShims: -1})
+	s := shSpec(t, 1, "cat "+file)
+	s.ReportURL = srv.URL + "/api/v1/attempts/1/report"
+	start(t, b, s)
+	if ev := expect(t, b, s.AttemptID, backend.Exited); ev.ExitCode == nil || *ev.ExitCode != 0 {
+		t.Fatalf("Exited = %+v", ev)
+	}
+	rs.mu.Lock()
+	var steps []string
+	for _, body := range rs.got {
+		var m struct{ Step int64 }
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			t.Errorf("posted %q: %v", clip(body), err)
+		}
+		steps = append(steps, fmt.Sprint(m.Step))
+	}
+	rs.mu.Unlock()
+	if diff := cmp.Diff([]string{"1", "6"}, steps); diff != "" {
+		t.Errorf("steps posted (-want,+got):\n%s", diff)
+	}
+	out := readOutput(t, s.Dir)
+	for _, want := range []string{
+		fmt.Sprintf("virga shim: a VIRGA_METRIC line of %d bytes was not reported: such a line may be at most %d bytes", virga.MaxMetricLine+1, virga.MaxMetricLine),
+		fmt.Sprintf("virga shim: ignoring VIRGA_METRIC line: metrics: %d values; a report may carry at most %d", virga.MaxMetricsPerReport+1, virga.MaxMetricsPerReport),
+		fmt.Sprintf("is %d bytes long; at most %d are allowed", virga.MaxMetricName+1, virga.MaxMetricName),
+		`holds the control character U+000A`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output.log lacks %q:\n%s", want, clip(out))
+		}
+	}
+	if strings.Count(out, "was not reported") != 1 {
+		t.Errorf("output.log notes %d lines as too long, want 1", strings.Count(out, "was not reported"))
 	}
 }
 

@@ -3,13 +3,14 @@ package local
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/virga-ml/virga"
 )
 
 // Backoff between attempts to deliver one report.
@@ -21,21 +22,11 @@ const (
 	relayMaxQueue = 10000
 )
 
-// metricLine is the JSON a VIRGA_METRIC line carries.
-type metricLine struct {
-	Step    *int64             `json:"step"`
-	Metrics map[string]float64 `json:"metrics"`
-}
-
-// handleMetric validates one VIRGA_METRIC payload and queues it on rel.
+// handleMetric validates one VIRGA_METRIC payload, as the API validates a
+// report (virga.CheckMetricLine), and queues it on rel.
 func handleMetric(payload []byte, log *shimLog, rel *relay) {
-	var m metricLine
-	if err := json.Unmarshal(payload, &m); err != nil || m.Step == nil || m.Metrics == nil {
-		why := "want {\"step\": N, \"metrics\": {\"name\": value, ...}}"
-		if err != nil {
-			why = err.Error() + "; " + why
-		}
-		log.printf("ignoring malformed VIRGA_METRIC line: %s", why)
+	if err := virga.CheckMetricLine(payload); err != nil {
+		log.printf("ignoring VIRGA_METRIC line: %v", err)
 		return
 	}
 	if rel != nil {

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/virga-ml/virga"
 )
 
 // Exit codes of ShimMain. Whatever the trial's own status, a shim that ran it
@@ -486,23 +488,39 @@ func adoptStdio(dir string) error {
 }
 
 // copyOutput copies the trial's stdout to the log line by line, handing
-// VIRGA_METRIC lines to rel (nil: not relayed). Lines longer than the buffer
-// are copied in pieces and never relayed.
+// VIRGA_METRIC lines to rel (nil: not relayed). Lines longer than
+// virga.MaxMetricLine are copied in pieces and never relayed; after a
+// VIRGA_METRIC line that long the log says it was not reported.
 func copyOutput(r io.Reader, log *shimLog, rel *relay) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	br := bufio.NewReaderSize(r, virga.MaxMetricLine+1) // the line and its newline
 	midline := false
+	long := 0 // the bytes so far of a VIRGA_METRIC line too long to report
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
-			complete := line[len(line)-1] == '\n' || (err != nil && err != bufio.ErrBufferFull)
-			if !midline && complete && bytes.HasPrefix(line, []byte(metricPrefix)) {
+			ended := err != nil && err != bufio.ErrBufferFull
+			complete := line[len(line)-1] == '\n' || ended
+			metric := !midline && bytes.HasPrefix(line, []byte(metricPrefix))
+			switch {
+			case metric && complete:
 				handleMetric(bytes.TrimSpace(line[len(metricPrefix):]), log, rel)
+			case metric:
+				long = len(line)
+			case midline && long > 0:
+				long += len(line)
 			}
-			if line[len(line)-1] != '\n' && err != nil && err != bufio.ErrBufferFull {
+			if line[len(line)-1] == '\n' && long > 0 {
+				long-- // the newline is not part of the line
+			}
+			if line[len(line)-1] != '\n' && ended {
 				line = append(line[:len(line):len(line)], '\n')
 			}
 			log.write(line)
 			midline = line[len(line)-1] != '\n'
+			if !midline && long > 0 {
+				log.printf("a VIRGA_METRIC line of %d bytes was not reported: such a line may be at most %d bytes (report fewer or shorter metrics)", long, virga.MaxMetricLine)
+				long = 0
+			}
 		}
 		if err != nil && err != bufio.ErrBufferFull {
 			return

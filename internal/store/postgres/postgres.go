@@ -14,9 +14,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,7 +55,8 @@ var _ store.Store = (*Store)(nil)
 // to date. Besides the parameters libpq knows, url may set pool_max_conns
 // (default DefaultMaxConns) and any server setting such as search_path. It
 // fails if the database was written by a newer Virga whose schema it does not
-// know.
+// know. An error that waiting may cure (see Unavailable) wraps
+// store.ErrUnavailable.
 func Open(ctx context.Context, url string) (*Store, error) {
 	connURL, maxConns, err := poolParams(url)
 	if err != nil {
@@ -65,9 +69,49 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	s := &Store{pool: newPool(cfg, maxConns)}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
+		if Unavailable(err) && ctx.Err() == nil {
+			return nil, fmt.Errorf("opening postgres store on %s: %w: %w", cfg.Host, store.ErrUnavailable, err)
+		}
 		return nil, fmt.Errorf("opening postgres store on %s: %w", cfg.Host, err)
 	}
 	return s, nil
+}
+
+// Unavailable reports whether err says that the server cannot be reached
+// yet or is not ready for connections, which waiting may cure: nothing
+// listens (connection refused), the network or the host is unreachable or
+// too slow, the server hung up during the handshake, or it answered
+// SQLSTATE 57P03 cannot_connect_now (starting up, in recovery, shutting
+// down), another shutdown code, too_many_connections or a connection
+// exception (class 08). Every other server error, authentication failures
+// and missing databases included, is not.
+func Unavailable(err error) bool {
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch pe.Code {
+		case "57P03", // cannot_connect_now
+			"57P01", "57P02", // admin_shutdown, crash_shutdown: a restart
+			"53300",                   // too_many_connections
+			"08000", "08001", "08006": // connection exceptions
+			return true
+		}
+		return false
+	}
+	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED,
+		syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ENETDOWN, syscall.ETIMEDOUT} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true // the server closed the connection during the handshake
+	}
+	if de, ok := errors.AsType[*net.DNSError](err); ok {
+		return de.IsTimeout || de.IsTemporary
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return true
+	}
+	return false
 }
 
 // poolParams removes pool_max_conns from a URL and returns its value.

@@ -148,6 +148,12 @@ func scanAttempt(r pgx.Row) (*virga.Attempt, error) {
 	return &a, nil
 }
 
+// Attempt returns one attempt.
+func (s *Store) Attempt(ctx context.Context, id int64) (*virga.Attempt, error) {
+	return one(ctx, s, fmt.Sprintf("attempt %d", id), scanAttempt,
+		`SELECT id, `+attemptCols+` FROM attempts WHERE id = $1`, id)
+}
+
 // Attempts lists a trial's attempts ordered by Number.
 func (s *Store) Attempts(ctx context.Context, trialID int64) ([]*virga.Attempt, error) {
 	return list(ctx, s, fmt.Sprintf("attempts of trial %d", trialID), scanAttempt,

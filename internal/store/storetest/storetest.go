@@ -445,6 +445,14 @@ func testAttemptRoundTrip(t *testing.T, s store.Store) {
 		t.Fatalf("Attempts: %v", err)
 	}
 	diff(t, "updated attempts", []*virga.Attempt{a, b}, got)
+	one, err := s.Attempt(ctx, a.ID)
+	if err != nil {
+		t.Fatalf("Attempt(%d): %v", a.ID, err)
+	}
+	diff(t, "attempt by ID", a, one)
+	if _, err := s.Attempt(ctx, max(a.ID, b.ID)+1000); !errors.Is(err, virga.ErrNotFound) {
+		t.Errorf("Attempt of an ID never used: %v, want virga.ErrNotFound", err)
+	}
 }
 
 // testNewAttempts inserts trials and their first attempts in one batch: each
