@@ -292,6 +292,7 @@ func TestErrors(t *testing.T) {
 		e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", CompleteRequest{OK: true}, nil)
 		var b control.Asked
 		e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &b)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", b.AttemptID), "", `{"step": 1, "metrics": {"loss": 1}}`, nil)
 		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", b.AttemptID), "", CompleteRequest{OK: true}, nil)
 		// An API-driven experiment learns that its search is over from the next ask.
 		e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, nil)
