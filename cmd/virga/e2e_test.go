@@ -840,3 +840,61 @@ func TestCLIAnswers(t *testing.T) {
 		t.Errorf("ls --state bogus: exit %d %q; want 1 listing the states", code, stderr)
 	}
 }
+
+// TestRunWithoutResultFails: a search that ends with no trial that reported
+// the objective ends FAILED with a reason, and `virga run` exits 1, so that a
+// script or CI job stops there; --json says the same on its end event.
+func TestRunWithoutResultFails(t *testing.T) {
+	for _, tc := range []struct {
+		name, command string
+		// wantReason is the experiment's reason; wantOut a part of run's summary.
+		wantReason virga.ExperimentReason
+		wantOut    string
+	}{
+		{"missing trainer", "[/nonexistent/train]", virga.ReasonAllTrialsFailed, "all 3 trials failed"},
+		{"no objective", `[sh, -c, "echo VIRGA_METRIC step=1 acc=0.5"]`, virga.ReasonNoObjective, `no trial reported the objective metric "val_loss"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			y := fmt.Sprintf(`name: noresult
+entrypoint:
+  command: %s
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+searcher: random
+objective: {metric: val_loss, direction: minimize}
+max_trials: 3
+max_restarts: 0
+`, tc.command)
+			if err := os.WriteFile(filepath.Join(dir, "exp.yaml"), []byte(y), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code := runCLI(t, dir, "run", "exp.yaml")
+			if code != 1 {
+				t.Fatalf("virga run: exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			}
+			for _, want := range []string{"experiment 1 noresult FAILED (" + string(tc.wantReason) + ")", tc.wantOut} {
+				if !strings.Contains(out, want) {
+					t.Errorf("run output lacks %q:\n%s", want, out)
+				}
+			}
+			out, errOut, code = runCLI(t, dir, "run", "exp.yaml", "--json")
+			if code != 1 || !strings.Contains(errOut, "experiment 2 FAILED ("+string(tc.wantReason)+")") {
+				t.Errorf("virga run --json: exit %d, stderr %q; want 1 naming the reason", code, errOut)
+			}
+			var end struct {
+				Event string           `json:"event"`
+				Data  virga.Experiment `json:"data"`
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &end); err != nil || end.Event != "end" ||
+				end.Data.State != virga.ExperimentFailed || end.Data.Reason != tc.wantReason {
+				t.Errorf("last --json line %q (%v); want the end event, FAILED with reason %s", lines[len(lines)-1], err, tc.wantReason)
+			}
+			out, _, code = runCLI(t, dir, "show", "1")
+			if code != 0 || !strings.Contains(out, "state:      FAILED, "+string(tc.wantReason)) {
+				t.Errorf("show: exit %d\n%s", code, out)
+			}
+		})
+	}
+}
