@@ -898,3 +898,46 @@ max_restarts: 0
 		})
 	}
 }
+
+// TestLogsJSON: logs --json gives each attempt's output as its log.
+func TestLogsJSON(t *testing.T) {
+	dir := t.TempDir()
+	y := `name: twice
+entrypoint:
+  command: [sh, -c, 'if [ -e first ]; then echo second; echo "VIRGA_METRIC {\"step\":0,\"metrics\":{\"loss\":1}}"; else touch first; echo first; exit 3; fi']
+  workdir: .
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+searcher: random
+objective: {metric: loss, direction: minimize}
+max_trials: 1
+max_restarts: 1
+`
+	if err := os.WriteFile(filepath.Join(dir, "exp.yaml"), []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runCLI(t, dir, "run", "exp.yaml"); code != 0 {
+		t.Fatalf("virga run: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code := runCLI(t, dir, "logs", "1", "--json")
+	if code != 0 {
+		t.Fatalf("logs --json: exit %d %s", code, errOut)
+	}
+	var v struct {
+		ID       int64 `json:"id"`
+		Attempts []struct {
+			Number  int    `json:"number"`
+			Outcome string `json:"outcome"`
+			Log     string `json:"log"`
+		} `json:"attempt_list"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("logs --json: %v\n%s", err, out)
+	}
+	if v.ID != 1 || len(v.Attempts) != 2 || v.Attempts[0].Log != "first\n" || !strings.HasPrefix(v.Attempts[1].Log, "second\n") {
+		t.Errorf("logs --json = %s\nwant trial 1 with attempt 1's log \"first\\n\" and attempt 2's starting \"second\\n\"", out)
+	}
+	if _, errOut, code := runCLI(t, dir, "logs", "1", "--json", "-f"); code != 2 || !strings.Contains(errOut, "drop -f") {
+		t.Errorf("logs --json -f: exit %d %q; want 2 saying to drop -f", code, errOut)
+	}
+}

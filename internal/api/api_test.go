@@ -427,6 +427,12 @@ max_trials: 1
 	if code != 200 || string(body2) != string(body) {
 		t.Errorf("logs after the end: HTTP %d %q, want %q", code, body2, body)
 	}
+	for q, want := range map[string]int{"attempt=1": 200, "attempt=2": 404, "attempt=x": 400, "attempt=-1": 400} {
+		code, body3 := e.do("GET", fmt.Sprintf("/api/v1/trials/%d/logs?%s", id, q), e.admin, nil)
+		if code != want || code == 200 && string(body3) != string(body) {
+			t.Errorf("logs?%s: HTTP %d %q, want %d", q, code, body3, want)
+		}
+	}
 	var ms []virga.Metric
 	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/trials/%d/metrics", id), e.admin, nil, &ms)
 	if len(ms) != 1 || ms[0].Values["loss"] != 1 {
