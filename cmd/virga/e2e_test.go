@@ -941,3 +941,25 @@ max_restarts: 1
 		t.Errorf("logs --json -f: exit %d %q; want 2 saying to drop -f", code, errOut)
 	}
 }
+
+// TestMissingFileExitsTwo: a file named on the command line that cannot be
+// read is a bad argument: exit 2 from every command, naming the file.
+func TestMissingFileExitsTwo(t *testing.T) {
+	dir := t.TempDir()
+	good := stepExperiment(t, dir, "good", 1, 1, 1, 1, "")
+	capFile := capacityFile(t)
+	for _, args := range [][]string{
+		{"validate", "nope.yaml"},
+		{"validate", "nope.yaml", "--json"},
+		{"run", "nope.yaml"},
+		{"run", "nope.yaml", "--json"},
+		{"estimate", "nope.yaml", "--capacity", capFile},
+		{"run", good, "--capacity", "nope.yaml"},
+		{"server", "--capacity", "nope.yaml"},
+	} {
+		_, errOut, code := runCLI(t, dir, args...)
+		if code != 2 || !strings.Contains(errOut, "nope.yaml") || !strings.Contains(errOut, "no such file") {
+			t.Errorf("virga %s: exit %d, stderr %q; want 2 naming nope.yaml and saying it does not exist", strings.Join(args, " "), code, errOut)
+		}
+	}
+}

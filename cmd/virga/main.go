@@ -94,9 +94,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		msg += "\n  is `virga server` running? (VIRGA_SERVER / --server)"
 	}
 	fmt.Fprintln(stderr, "virga:", msg)
+	// A bad flag or argument, a bad file, or a file named that cannot be
+	// read: nothing was done, fix the command line.
 	var ue usageError
 	var se *spec.Error
-	if errors.As(err, &ue) || errors.As(err, &se) {
+	var fe *spec.FileError
+	if errors.As(err, &ue) || errors.As(err, &se) || errors.As(err, &fe) {
 		return exitUsage
 	}
 	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
