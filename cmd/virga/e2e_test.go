@@ -963,3 +963,51 @@ func TestMissingFileExitsTwo(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateJSON: validate --json prints one document on stdout, the
+// experiment of each good file and the problems of each bad one, and exits
+// 2 when any file is bad.
+func TestValidateJSON(t *testing.T) {
+	dir := t.TempDir()
+	good := stepExperiment(t, dir, "good", 1, 1, 1, 1, "")
+	if err := os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("name: bad\nobjective: loss\nsearcher: random\nmax_trials: \"ten\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type doc struct {
+		Valid bool `json:"valid"`
+		Files []struct {
+			File       string          `json:"file"`
+			Valid      bool            `json:"valid"`
+			Experiment json.RawMessage `json:"experiment"`
+			Problems   []struct {
+				File    string `json:"file"`
+				Line    int    `json:"line"`
+				Col     int    `json:"col"`
+				Field   string `json:"field"`
+				Message string `json:"message"`
+			} `json:"problems"`
+		} `json:"files"`
+	}
+	out, errOut, code := runCLI(t, dir, "validate", "--json", good, "bad.yaml", "nope.yaml")
+	var d doc
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("validate --json: exit %d, stdout not JSON (%v):\n%s\nstderr:\n%s", code, err, out, errOut)
+	}
+	if code != 2 || d.Valid || len(d.Files) != 3 {
+		t.Fatalf("validate --json: exit %d, %+v; want 2 and three files, not all valid", code, d)
+	}
+	if f := d.Files[0]; f.File != good || !f.Valid || !strings.Contains(string(f.Experiment), `"name": "good"`) || len(f.Problems) != 0 {
+		t.Errorf("good file %s: valid %v, problems %+v, experiment %s; want valid with its experiment", f.File, f.Valid, f.Problems, f.Experiment)
+	}
+	if f := d.Files[1]; f.Valid || len(f.Problems) != 1 || f.Problems[0].File != "bad.yaml" || f.Problems[0].Line != 4 ||
+		f.Problems[0].Col != 13 || f.Problems[0].Field != "max_trials" || !strings.Contains(f.Problems[0].Message, `expected an integer, got the string "ten"`) {
+		t.Errorf("bad file: %+v, want the problem at bad.yaml:4:13 in max_trials", f)
+	}
+	if f := d.Files[2]; f.Valid || len(f.Problems) != 1 || f.Problems[0].Line != 0 || !strings.Contains(f.Problems[0].Message, "no such file") {
+		t.Errorf("missing file: %+v, want one problem saying so", f)
+	}
+	out, _, code = runCLI(t, dir, "validate", "--json", good)
+	if err := json.Unmarshal([]byte(out), &d); err != nil || code != 0 || !d.Valid {
+		t.Errorf("validate --json of a good file: exit %d %v\n%s", code, err, out)
+	}
+}
