@@ -1011,3 +1011,61 @@ func TestValidateJSON(t *testing.T) {
 		t.Errorf("validate --json of a good file: exit %d %v\n%s", code, err, out)
 	}
 }
+
+// TestServerFlagReadsTheTokenFile: with --server and neither --token nor
+// VIRGA_API_TOKEN, the CLI sends the admin token of --data-dir's admin-token
+// file, as documented; a token the server refuses is named by its file.
+func TestServerFlagReadsTheTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "srv")
+	port := freePort(t)
+	// Off loopback, so that every request needs the token.
+	s := &serverProc{cmd: exec.Command(virgaBin, "server", "--data-dir", data, "--listen", fmt.Sprintf("0.0.0.0:%d", port)),
+		url: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &bytes.Buffer{}}
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	waitFor(t, "the server to answer with its admin token", 20*time.Second, func() bool {
+		tok, err := os.ReadFile(filepath.Join(data, "admin-token"))
+		if err != nil {
+			return false
+		}
+		_, err = client.New(s.url, strings.TrimSpace(string(tok))).Health(context.Background())
+		return err == nil
+	})
+	clean := func(cmd *exec.Cmd) { cmd.Env = append(os.Environ(), "VIRGA_API_TOKEN=", "VIRGA_SERVER=", "VIRGA_DATA_DIR=") }
+	run := func(args ...string) (string, string, int) {
+		cmd := exec.Command(virgaBin, args...)
+		cmd.Dir = dir
+		clean(cmd)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return o.String(), e.String(), ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), 0
+	}
+	if out, errOut, code := run("ls", "--server", s.url, "--data-dir", data); code != 0 {
+		t.Errorf("ls --server with the server's --data-dir: exit %d %q %q; want 0 with the token of %s/admin-token", code, out, errOut, data)
+	}
+	if _, errOut, code := run("ls", "--server", s.url, "--data-dir", filepath.Join(dir, "none")); code != 1 || !strings.Contains(errOut, "a token is required") {
+		t.Errorf("ls --server without a token: exit %d %q; want 1 asking for one", code, errOut)
+	}
+	other := filepath.Join(dir, "other")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "admin-token"), []byte("vtnotthisone\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run("ls", "--server", s.url, "--data-dir", other); code != 1 ||
+		!strings.Contains(errOut, filepath.Join(other, "admin-token")) || !strings.Contains(errOut, "--token") {
+		t.Errorf("ls --server with another server's token file: exit %d %q; want 1 naming the file and --token", code, errOut)
+	}
+}

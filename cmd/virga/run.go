@@ -77,7 +77,7 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool, ca
 		if capacityFile != "" {
 			return usageError{errors.New("--capacity configures the embedded server; a server given with --server has its own (virga server --capacity FILE)")}
 		}
-		c = client.New(g.server, g.token)
+		c = client.New(g.server, g.tokenFor(g.dataDir))
 	default:
 		if info, ok := server.Running(g.dataDir); ok {
 			if capacityFile != "" {
