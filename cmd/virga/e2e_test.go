@@ -1035,7 +1035,9 @@ func TestServerFlagReadsTheTokenFile(t *testing.T) {
 		_, err = client.New(s.url, strings.TrimSpace(string(tok))).Health(context.Background())
 		return err == nil
 	})
-	clean := func(cmd *exec.Cmd) { cmd.Env = append(os.Environ(), "VIRGA_API_TOKEN=", "VIRGA_SERVER=", "VIRGA_DATA_DIR=") }
+	clean := func(cmd *exec.Cmd) {
+		cmd.Env = append(os.Environ(), "VIRGA_API_TOKEN=", "VIRGA_SERVER=", "VIRGA_DATA_DIR=")
+	}
 	run := func(args ...string) (string, string, int) {
 		cmd := exec.Command(virgaBin, args...)
 		cmd.Dir = dir

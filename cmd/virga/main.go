@@ -61,8 +61,8 @@ type globals struct {
 	// neither --token nor VIRGA_API_TOKEN gave one.
 	tokenFile string
 	stdout    io.Writer
-	stderr   io.Writer
-	stdin    io.Reader
+	stderr    io.Writer
+	stdin     io.Reader
 }
 
 func main() {
