@@ -32,13 +32,40 @@ const (
 	ExperimentStopping  ExperimentState = "STOPPING"  // a stop was asked; waiting for trials to exit
 	ExperimentCompleted ExperimentState = "COMPLETED" // the search finished
 	ExperimentStopped   ExperimentState = "STOPPED"   // stopped by a user before the search finished
-	ExperimentFailed    ExperimentState = "FAILED"    // could not go on (see Message)
+	ExperimentFailed    ExperimentState = "FAILED"    // could not go on or has no result (see Reason and Message)
 )
 
 // Terminal reports whether no further transition can happen.
 func (s ExperimentState) Terminal() bool {
 	return s == ExperimentCompleted || s == ExperimentStopped || s == ExperimentFailed
 }
+
+// ExperimentReason says why an experiment ended, as a stable CamelCase word
+// that scripts and code decide on; Experiment.Message says it for people.
+type ExperimentReason string
+
+// Experiment reasons, one per way an experiment ends. Empty while it lives.
+const (
+	ReasonNone ExperimentReason = ""
+	// ReasonSearchFinished (COMPLETED): the searcher ran its trials and at
+	// least one reported the objective metric.
+	ReasonSearchFinished ExperimentReason = "SearchFinished"
+	// ReasonStoppedByUser (STOPPED): a user stopped it.
+	ReasonStoppedByUser ExperimentReason = "StoppedByUser"
+	// ReasonBudgetSpent (STOPPED): its budget or deadline left no room for
+	// another trial.
+	ReasonBudgetSpent ExperimentReason = "BudgetSpent"
+	// ReasonAllTrialsFailed (FAILED): the search ended and every trial failed.
+	ReasonAllTrialsFailed ExperimentReason = "AllTrialsFailed"
+	// ReasonNoObjective (FAILED): the search ended and no trial reported the
+	// objective metric, so there is no best trial.
+	ReasonNoObjective ExperimentReason = "NoObjectiveReported"
+	// ReasonUnschedulable (FAILED): no trial can ever fit the capacity.
+	ReasonUnschedulable ExperimentReason = "Unschedulable"
+	// ReasonUnrecoverable (FAILED): after a restart of the server its spec
+	// or searcher state could not be loaded.
+	ReasonUnrecoverable ExperimentReason = "Unrecoverable"
+)
 
 // TrialState is the life-cycle state of a trial.
 type TrialState string
@@ -93,11 +120,13 @@ type Experiment struct {
 	Spec     []byte          `json:"-"`         // the experiment file exactly as submitted (YAML)
 	SpecFile string          `json:"spec_file"` // the name it was submitted under, for messages
 	// SearcherState is the searcher's latest snapshot; opaque to everyone but the searcher.
-	SearcherState []byte    `json:"-"`
-	Message       string    `json:"message,omitempty"` // why it ended or what it waits for
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
-	EndedAt       time.Time `json:"ended_at,omitzero"`
+	SearcherState []byte `json:"-"`
+	// Reason says why it ended (empty while it lives), for code and scripts.
+	Reason    ExperimentReason `json:"reason,omitempty"`
+	Message   string           `json:"message,omitempty"` // why it ended or what it waits for, for people
+	CreatedAt time.Time        `json:"created_at"`
+	UpdatedAt time.Time        `json:"updated_at"`
+	EndedAt   time.Time        `json:"ended_at,omitzero"`
 }
 
 // Trial is one configuration of hyperparameters and its progress.

@@ -863,3 +863,234 @@ func TestServerGivesUpOnAnUnreachableDatabase(t *testing.T) {
 		t.Errorf("--db-wait -1s: exit %d, stderr:\n%s\nwant 2 naming the flag", code, stderr)
 	}
 }
+
+// TestRunWithoutResultFails: a search that ends with no trial that reported
+// the objective ends FAILED with a reason, and `virga run` exits 1, so that a
+// script or CI job stops there; --json says the same on its end event.
+func TestRunWithoutResultFails(t *testing.T) {
+	for _, tc := range []struct {
+		name, command string
+		// wantReason is the experiment's reason; wantOut a part of run's summary.
+		wantReason virga.ExperimentReason
+		wantOut    string
+	}{
+		{"missing trainer", "[/nonexistent/train]", virga.ReasonAllTrialsFailed, "all 3 trials failed"},
+		{"no objective", `[sh, -c, "echo VIRGA_METRIC step=1 acc=0.5"]`, virga.ReasonNoObjective, `no trial reported the objective metric "val_loss"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			y := fmt.Sprintf(`name: noresult
+entrypoint:
+  command: %s
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+searcher: random
+objective: {metric: val_loss, direction: minimize}
+max_trials: 3
+max_restarts: 0
+`, tc.command)
+			if err := os.WriteFile(filepath.Join(dir, "exp.yaml"), []byte(y), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code := runCLI(t, dir, "run", "exp.yaml")
+			if code != 1 {
+				t.Fatalf("virga run: exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			}
+			for _, want := range []string{"experiment 1 noresult FAILED (" + string(tc.wantReason) + ")", tc.wantOut} {
+				if !strings.Contains(out, want) {
+					t.Errorf("run output lacks %q:\n%s", want, out)
+				}
+			}
+			out, errOut, code = runCLI(t, dir, "run", "exp.yaml", "--json")
+			if code != 1 || !strings.Contains(errOut, "experiment 2 FAILED ("+string(tc.wantReason)+")") {
+				t.Errorf("virga run --json: exit %d, stderr %q; want 1 naming the reason", code, errOut)
+			}
+			var end struct {
+				Event string           `json:"event"`
+				Data  virga.Experiment `json:"data"`
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &end); err != nil || end.Event != "end" ||
+				end.Data.State != virga.ExperimentFailed || end.Data.Reason != tc.wantReason {
+				t.Errorf("last --json line %q (%v); want the end event, FAILED with reason %s", lines[len(lines)-1], err, tc.wantReason)
+			}
+			out, _, code = runCLI(t, dir, "show", "1")
+			if code != 0 || !strings.Contains(out, "state:      FAILED, "+string(tc.wantReason)) {
+				t.Errorf("show: exit %d\n%s", code, out)
+			}
+		})
+	}
+}
+
+// TestLogsJSON: logs --json gives each attempt's output as its log.
+func TestLogsJSON(t *testing.T) {
+	dir := t.TempDir()
+	y := `name: twice
+entrypoint:
+  command: [sh, -c, 'if [ -e first ]; then echo second; echo "VIRGA_METRIC {\"step\":0,\"metrics\":{\"loss\":1}}"; else touch first; echo first; exit 3; fi']
+  workdir: .
+hyperparameters:
+  x: {type: float, min: 0, max: 1}
+searcher: random
+objective: {metric: loss, direction: minimize}
+max_trials: 1
+max_restarts: 1
+`
+	if err := os.WriteFile(filepath.Join(dir, "exp.yaml"), []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runCLI(t, dir, "run", "exp.yaml"); code != 0 {
+		t.Fatalf("virga run: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code := runCLI(t, dir, "logs", "1", "--json")
+	if code != 0 {
+		t.Fatalf("logs --json: exit %d %s", code, errOut)
+	}
+	var v struct {
+		ID       int64 `json:"id"`
+		Attempts []struct {
+			Number  int    `json:"number"`
+			Outcome string `json:"outcome"`
+			Log     string `json:"log"`
+		} `json:"attempt_list"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("logs --json: %v\n%s", err, out)
+	}
+	if v.ID != 1 || len(v.Attempts) != 2 || v.Attempts[0].Log != "first\n" || !strings.HasPrefix(v.Attempts[1].Log, "second\n") {
+		t.Errorf("logs --json = %s\nwant trial 1 with attempt 1's log \"first\\n\" and attempt 2's starting \"second\\n\"", out)
+	}
+	if _, errOut, code := runCLI(t, dir, "logs", "1", "--json", "-f"); code != 2 || !strings.Contains(errOut, "drop -f") {
+		t.Errorf("logs --json -f: exit %d %q; want 2 saying to drop -f", code, errOut)
+	}
+}
+
+// TestMissingFileExitsTwo: a file named on the command line that cannot be
+// read is a bad argument: exit 2 from every command, naming the file.
+func TestMissingFileExitsTwo(t *testing.T) {
+	dir := t.TempDir()
+	good := stepExperiment(t, dir, "good", 1, 1, 1, 1, "")
+	capFile := capacityFile(t)
+	for _, args := range [][]string{
+		{"validate", "nope.yaml"},
+		{"validate", "nope.yaml", "--json"},
+		{"run", "nope.yaml"},
+		{"run", "nope.yaml", "--json"},
+		{"estimate", "nope.yaml", "--capacity", capFile},
+		{"run", good, "--capacity", "nope.yaml"},
+		{"server", "--capacity", "nope.yaml"},
+	} {
+		_, errOut, code := runCLI(t, dir, args...)
+		if code != 2 || !strings.Contains(errOut, "nope.yaml") || !strings.Contains(errOut, "no such file") {
+			t.Errorf("virga %s: exit %d, stderr %q; want 2 naming nope.yaml and saying it does not exist", strings.Join(args, " "), code, errOut)
+		}
+	}
+}
+
+// TestValidateJSON: validate --json prints one document on stdout, the
+// experiment of each good file and the problems of each bad one, and exits
+// 2 when any file is bad.
+func TestValidateJSON(t *testing.T) {
+	dir := t.TempDir()
+	good := stepExperiment(t, dir, "good", 1, 1, 1, 1, "")
+	if err := os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("name: bad\nobjective: loss\nsearcher: random\nmax_trials: \"ten\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type doc struct {
+		Valid bool `json:"valid"`
+		Files []struct {
+			File       string          `json:"file"`
+			Valid      bool            `json:"valid"`
+			Experiment json.RawMessage `json:"experiment"`
+			Problems   []struct {
+				File    string `json:"file"`
+				Line    int    `json:"line"`
+				Col     int    `json:"col"`
+				Field   string `json:"field"`
+				Message string `json:"message"`
+			} `json:"problems"`
+		} `json:"files"`
+	}
+	out, errOut, code := runCLI(t, dir, "validate", "--json", good, "bad.yaml", "nope.yaml")
+	var d doc
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("validate --json: exit %d, stdout not JSON (%v):\n%s\nstderr:\n%s", code, err, out, errOut)
+	}
+	if code != 2 || d.Valid || len(d.Files) != 3 {
+		t.Fatalf("validate --json: exit %d, %+v; want 2 and three files, not all valid", code, d)
+	}
+	if f := d.Files[0]; f.File != good || !f.Valid || !strings.Contains(string(f.Experiment), `"name": "good"`) || len(f.Problems) != 0 {
+		t.Errorf("good file %s: valid %v, problems %+v, experiment %s; want valid with its experiment", f.File, f.Valid, f.Problems, f.Experiment)
+	}
+	if f := d.Files[1]; f.Valid || len(f.Problems) != 1 || f.Problems[0].File != "bad.yaml" || f.Problems[0].Line != 4 ||
+		f.Problems[0].Col != 13 || f.Problems[0].Field != "max_trials" || !strings.Contains(f.Problems[0].Message, `expected an integer, got the string "ten"`) {
+		t.Errorf("bad file: %+v, want the problem at bad.yaml:4:13 in max_trials", f)
+	}
+	if f := d.Files[2]; f.Valid || len(f.Problems) != 1 || f.Problems[0].Line != 0 || !strings.Contains(f.Problems[0].Message, "no such file") {
+		t.Errorf("missing file: %+v, want one problem saying so", f)
+	}
+	out, _, code = runCLI(t, dir, "validate", "--json", good)
+	if err := json.Unmarshal([]byte(out), &d); err != nil || code != 0 || !d.Valid {
+		t.Errorf("validate --json of a good file: exit %d %v\n%s", code, err, out)
+	}
+}
+
+// TestServerFlagReadsTheTokenFile: with --server and neither --token nor
+// VIRGA_API_TOKEN, the CLI sends the admin token of --data-dir's admin-token
+// file, as documented; a token the server refuses is named by its file.
+func TestServerFlagReadsTheTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "srv")
+	port := freePort(t)
+	// Off loopback, so that every request needs the token.
+	s := &serverProc{cmd: exec.Command(virgaBin, "server", "--data-dir", data, "--listen", fmt.Sprintf("0.0.0.0:%d", port)),
+		url: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &bytes.Buffer{}}
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	waitFor(t, "the server to answer with its admin token", 20*time.Second, func() bool {
+		tok, err := os.ReadFile(filepath.Join(data, "admin-token"))
+		if err != nil {
+			return false
+		}
+		_, err = client.New(s.url, strings.TrimSpace(string(tok))).Health(context.Background())
+		return err == nil
+	})
+	clean := func(cmd *exec.Cmd) {
+		cmd.Env = append(os.Environ(), "VIRGA_API_TOKEN=", "VIRGA_SERVER=", "VIRGA_DATA_DIR=")
+	}
+	run := func(args ...string) (string, string, int) {
+		cmd := exec.Command(virgaBin, args...)
+		cmd.Dir = dir
+		clean(cmd)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return o.String(), e.String(), ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), 0
+	}
+	if out, errOut, code := run("ls", "--server", s.url, "--data-dir", data); code != 0 {
+		t.Errorf("ls --server with the server's --data-dir: exit %d %q %q; want 0 with the token of %s/admin-token", code, out, errOut, data)
+	}
+	if _, errOut, code := run("ls", "--server", s.url, "--data-dir", filepath.Join(dir, "none")); code != 1 || !strings.Contains(errOut, "a token is required") {
+		t.Errorf("ls --server without a token: exit %d %q; want 1 asking for one", code, errOut)
+	}
+	other := filepath.Join(dir, "other")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "admin-token"), []byte("vtnotthisone\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run("ls", "--server", s.url, "--data-dir", other); code != 1 ||
+		!strings.Contains(errOut, filepath.Join(other, "admin-token")) || !strings.Contains(errOut, "--token") {
+		t.Errorf("ls --server with another server's token file: exit %d %q; want 1 naming the file and --token", code, errOut)
+	}
+}

@@ -57,9 +57,12 @@ type globals struct {
 	// readOnly is set by client when it serves the data directory's store
 	// in-process, with no server running.
 	readOnly bool
-	stdout   io.Writer
-	stderr   io.Writer
-	stdin    io.Reader
+	// tokenFile is the admin-token file the token sent was read from, when
+	// neither --token nor VIRGA_API_TOKEN gave one.
+	tokenFile string
+	stdout    io.Writer
+	stderr    io.Writer
+	stdin     io.Reader
 }
 
 func main() {
@@ -93,10 +96,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.Is(err, syscall.ECONNREFUSED) && !errors.As(err, &local) {
 		msg += "\n  is `virga server` running? (VIRGA_SERVER / --server)"
 	}
+	if ce, ok := errors.AsType[*client.Error](err); ok && ce.Status == http.StatusUnauthorized && g.tokenFile != "" {
+		msg += fmt.Sprintf("\n  the token sent is the one in %s (read when neither --token nor VIRGA_API_TOKEN is given): "+
+			"pass this server's admin token with --token or VIRGA_API_TOKEN, or its data directory with --data-dir", g.tokenFile)
+	}
 	fmt.Fprintln(stderr, "virga:", msg)
+	// A bad flag or argument, a bad file, or a file named that cannot be
+	// read: nothing was done, fix the command line.
 	var ue usageError
 	var se *spec.Error
-	if errors.As(err, &ue) || errors.As(err, &se) {
+	var fe *spec.FileError
+	if errors.As(err, &ue) || errors.As(err, &se) || errors.As(err, &fe) {
 		return exitUsage
 	}
 	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
@@ -121,7 +131,7 @@ func newRoot(g *globals) *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", os.Getenv("VIRGA_SERVER"), "URL of a running Virga server (env VIRGA_SERVER); default: the server of --data-dir, or an embedded one")
-	pf.StringVar(&g.token, "token", os.Getenv("VIRGA_API_TOKEN"), "API token (env VIRGA_API_TOKEN); default: the data directory's admin-token file")
+	pf.StringVar(&g.token, "token", os.Getenv("VIRGA_API_TOKEN"), "API token (env VIRGA_API_TOKEN); default: the admin-token file of --data-dir, with --server too")
 	pf.StringVar(&g.dataDir, "data-dir", envOr("VIRGA_DATA_DIR", ".virga"), "data directory of the embedded server (env VIRGA_DATA_DIR)")
 	pf.BoolVar(&g.json, "json", false, "print JSON for scripts")
 	root.AddCommand(
@@ -147,7 +157,7 @@ func (g *globals) client(ctx context.Context) (*client.Client, func(), error) {
 		if err := checkServerURL(g.server); err != nil {
 			return nil, nil, err
 		}
-		return client.New(g.server, g.token), func() {}, nil
+		return client.New(g.server, g.tokenFor(g.dataDir)), func() {}, nil
 	}
 	if info, ok := server.Running(g.dataDir); ok {
 		return client.New(info.URL, g.tokenFor(g.dataDir)), func() {}, nil
@@ -195,14 +205,20 @@ func (g *globals) withID(kind string, fn func(ctx context.Context, c *client.Cli
 	}
 }
 
+// tokenFor returns the API token to send: --token (or VIRGA_API_TOKEN), else
+// the admin token in dataDir's admin-token file, if it has one. That holds
+// for a server given with --server too: on the server's machine, --data-dir
+// (or VIRGA_DATA_DIR) names its data directory.
 func (g *globals) tokenFor(dataDir string) string {
 	if g.token != "" {
 		return g.token
 	}
-	b, err := os.ReadFile(filepath.Join(dataDir, "admin-token"))
+	file := filepath.Join(dataDir, "admin-token")
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return ""
 	}
+	g.tokenFile = file
 	return strings.TrimSpace(string(b))
 }
 

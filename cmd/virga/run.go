@@ -77,7 +77,7 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool, ca
 		if capacityFile != "" {
 			return usageError{errors.New("--capacity configures the embedded server; a server given with --server has its own (virga server --capacity FILE)")}
 		}
-		c = client.New(g.server, g.token)
+		c = client.New(g.server, g.tokenFor(g.dataDir))
 	default:
 		if info, ok := server.Running(g.dataDir); ok {
 			if capacityFile != "" {
@@ -137,6 +137,11 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool, ca
 		return err
 	}
 	if final != nil && final.State == virga.ExperimentFailed {
+		// A failed experiment (no trial with a result, or one that could not
+		// go on) fails the command, so that a script or CI job stops here.
+		if g.json {
+			fmt.Fprintf(g.stderr, "virga: experiment %d FAILED (%s): %s\n", final.ID, final.Reason, final.Message)
+		}
 		return exitError{exitFailure}
 	}
 	return nil
@@ -401,7 +406,11 @@ func (p *progress) summary(ctx context.Context, w io.Writer, c *client.Client, i
 	if !v.EndedAt.IsZero() {
 		dur = v.EndedAt.Sub(v.CreatedAt)
 	}
-	fmt.Fprintf(w, "\nexperiment %d %s %s in %s: %s\n", v.ID, v.Name, v.State, fmtDuration(dur), countsLine(v.Counts))
+	state := string(v.State)
+	if v.Reason != "" && v.Reason != virga.ReasonSearchFinished {
+		state += " (" + string(v.Reason) + ")"
+	}
+	fmt.Fprintf(w, "\nexperiment %d %s %s in %s: %s\n", v.ID, v.Name, state, fmtDuration(dur), countsLine(v.Counts))
 	if v.Message != "" {
 		fmt.Fprintf(w, "  %s\n", v.Message)
 	}

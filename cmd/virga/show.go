@@ -36,6 +36,9 @@ func newShowCmd(g *globals) *cobra.Command {
 			w := g.stdout
 			fmt.Fprintf(w, "experiment %d: %s\n", v.ID, v.Name)
 			fmt.Fprintf(w, "  state:      %s", v.State)
+			if v.Reason != "" && v.Reason != virga.ReasonSearchFinished {
+				fmt.Fprintf(w, ", %s", v.Reason)
+			}
 			if v.Message != "" {
 				fmt.Fprintf(w, " (%s)", v.Message)
 			}

@@ -309,6 +309,7 @@ func TestErrors(t *testing.T) {
 		e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", CompleteRequest{OK: true}, nil)
 		var b control.Asked
 		e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &b)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", b.AttemptID), "", `{"step": 1, "metrics": {"loss": 1}}`, nil)
 		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", b.AttemptID), "", CompleteRequest{OK: true}, nil)
 		// An API-driven experiment learns that its search is over from the next ask.
 		e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, nil)
@@ -451,6 +452,12 @@ max_trials: 1
 	code, body2 := e.do("GET", fmt.Sprintf("/api/v1/trials/%d/logs", id), e.admin, nil)
 	if code != 200 || string(body2) != string(body) {
 		t.Errorf("logs after the end: HTTP %d %q, want %q", code, body2, body)
+	}
+	for q, want := range map[string]int{"attempt=1": 200, "attempt=2": 404, "attempt=x": 400, "attempt=-1": 400} {
+		code, body3 := e.do("GET", fmt.Sprintf("/api/v1/trials/%d/logs?%s", id, q), e.admin, nil)
+		if code != want || code == 200 && string(body3) != string(body) {
+			t.Errorf("logs?%s: HTTP %d %q, want %d", q, code, body3, want)
+		}
 	}
 	var ms []virga.Metric
 	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/trials/%d/metrics", id), e.admin, nil, &ms)

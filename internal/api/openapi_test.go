@@ -14,7 +14,7 @@ import (
 // types the API returns as they are list exactly their JSON fields, so a
 // field added to one of them is documented.
 func TestOpenAPISchemasMatchJSON(t *testing.T) {
-	for name, v := range map[string]any{"Trial": virga.Trial{}, "Prediction": virga.Prediction{}, "Attempt": virga.Attempt{},
+	for name, v := range map[string]any{"Experiment": virga.Experiment{}, "Trial": virga.Trial{}, "Prediction": virga.Prediction{}, "Attempt": virga.Attempt{},
 		"PoolSpend": PoolSpend{}} {
 		schema, ok := schemas()[name].(map[string]any)
 		if !ok {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/virga-ml/virga"
@@ -119,6 +120,26 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	follow := r.URL.Query().Get("follow") == "true" || r.URL.Query().Get("follow") == "1"
+	// attempt=N: only attempt number N's output, without a header.
+	only, ok := queryInt(w, r, "attempt", 0)
+	if !ok {
+		return
+	}
+	if only < 0 {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("attempt: want a positive attempt number, got %d", only))
+		return
+	}
+	if only > 0 {
+		as, err := s.st.Attempts(r.Context(), id)
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		if !slices.ContainsFunc(as, func(a *virga.Attempt) bool { return int64(a.Number) == only }) {
+			writeError(w, http.StatusNotFound, fmt.Errorf("trial %d has no attempt %d (it has %d): %w", id, only, len(as), virga.ErrNotFound))
+			return
+		}
+	}
 	f, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -132,6 +153,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		as, err := s.st.Attempts(r.Context(), id)
 		if err != nil {
 			return
+		}
+		if only > 0 {
+			as = slices.DeleteFunc(as, func(a *virga.Attempt) bool { return int64(a.Number) != only })
 		}
 		for _, a := range as {
 			if a.Dir == "" {

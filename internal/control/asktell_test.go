@@ -75,6 +75,7 @@ func TestTellFailureRetriesTrial(t *testing.T) {
 	if b.Trial.ID != a.Trial.ID || b.AttemptID == a.AttemptID {
 		t.Fatalf("ask after a failed tell gave trial %d attempt %d, want trial %d again", b.Trial.ID, b.AttemptID, a.Trial.ID)
 	}
+	h.report(b.AttemptID, 0, 0.5)
 	if _, err := h.ctl.Tell(ctx, b.AttemptID, true); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +125,9 @@ func TestConcurrentAsks(t *testing.T) {
 		go func() {
 			for range 5 {
 				a, err := h.ctl.Ask(ctx, e.ID)
+				if err == nil {
+					_, err = h.ctl.Report(ctx, a.AttemptID, control.Report{Metrics: map[string]float64{"loss": a.Trial.HParams["x"].(float64)}})
+				}
 				if err == nil {
 					_, err = h.ctl.Tell(ctx, a.AttemptID, true)
 				}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestMaxConcurrentRespected(t *testing.T) {
 			t.Fatalf("%d attempts live, max_concurrent is 2", len(live))
 		}
 		for id := range live {
-			h.exited(id, 0)
+			h.succeeded(id)
 			delete(live, id)
 			done++
 			break
@@ -73,7 +74,52 @@ func TestFailedAttemptRestartsThenFails(t *testing.T) {
 			t.Errorf("attempt %d: outcome %s exit %v, want FAILED with code 3", a.Number, a.Outcome, a.ExitCode)
 		}
 	}
-	h.waitExp(e.ID, virga.ExperimentCompleted)
+	// Its only trial failed: the experiment has no result and fails.
+	if got := h.waitExp(e.ID, virga.ExperimentFailed); got.Reason != virga.ReasonAllTrialsFailed {
+		t.Errorf("experiment FAILED with reason %q (%s), want %q", got.Reason, got.Message, virga.ReasonAllTrialsFailed)
+	}
+}
+
+// TestEndStateByResult: a search that ends is COMPLETED only when some trial
+// reported the objective; with every trial failed, or none reporting, it is
+// FAILED with a reason that says which.
+func TestEndStateByResult(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// codes are the exit codes of the three trials; report, whether the
+		// second reports the objective before it exits.
+		codes  [3]int
+		report bool
+		// wantState and wantReason are the experiment's end; wantMsg a part of its message.
+		wantState  virga.ExperimentState
+		wantReason virga.ExperimentReason
+		wantMsg    string
+	}{
+		{"all failed", [3]int{127, 127, 127}, false, virga.ExperimentFailed, virga.ReasonAllTrialsFailed, "all 3 trials failed"},
+		{"none reported", [3]int{0, 0, 0}, false, virga.ExperimentFailed, virga.ReasonNoObjective, `no trial reported the objective metric "loss"`},
+		{"some failed, none reported", [3]int{0, 1, 0}, false, virga.ExperimentFailed, virga.ReasonNoObjective, "1 of 3 trials failed"},
+		{"one reported", [3]int{1, 0, 1}, true, virga.ExperimentCompleted, virga.ReasonSearchFinished, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.start(newFakeBackend())
+			e := h.submit(expYAML("end", "max_trials: 3\nmax_restarts: 0"))
+			for i, code := range tc.codes {
+				s := h.nextStart()
+				h.started(s)
+				if i == 1 && tc.report {
+					h.report(s.AttemptID, 1, 0.5)
+				}
+				h.exited(s.AttemptID, code)
+				h.waitTrial(s.TrialID, map[bool]virga.TrialState{true: virga.TrialCompleted, false: virga.TrialFailed}[code == 0])
+			}
+			got := h.waitExp(e.ID, tc.wantState)
+			if got.Reason != tc.wantReason || !strings.Contains(got.Message, tc.wantMsg) {
+				t.Errorf("experiment %s: reason %q message %q; want reason %q and a message with %q",
+					got.State, got.Reason, got.Message, tc.wantReason, tc.wantMsg)
+			}
+		})
+	}
 }
 
 func TestLostAttemptRestartsWithoutCounting(t *testing.T) {
@@ -91,7 +137,7 @@ func TestLostAttemptRestartsWithoutCounting(t *testing.T) {
 		t.Errorf("restarts %d after a lost attempt, want 0", tr.Restarts)
 	}
 	h.started(s2)
-	h.exited(s2.AttemptID, 0)
+	h.succeeded(s2.AttemptID)
 	tr := h.waitTrial(s.TrialID, virga.TrialCompleted)
 	if tr.Attempts != 2 || tr.Restarts != 0 {
 		t.Errorf("attempts %d restarts %d, want 2 and 0", tr.Attempts, tr.Restarts)
@@ -229,7 +275,9 @@ func TestTimeoutStopsAttempt(t *testing.T) {
 		t.Errorf("outcome %s, want TIMEOUT", as[0].Outcome)
 	}
 	t.Logf("trial message: %s", tr.Message)
-	h.waitExp(e.ID, virga.ExperimentCompleted)
+	if got := h.waitExp(e.ID, virga.ExperimentFailed); got.Reason != virga.ReasonAllTrialsFailed {
+		t.Errorf("experiment reason %q, want %q", got.Reason, virga.ReasonAllTrialsFailed)
+	}
 }
 
 func TestStopWhileRunning(t *testing.T) {
@@ -346,7 +394,7 @@ func TestResumeBeforePausedAttemptExits(t *testing.T) {
 	select {
 	case s2 := <-h.be.starts:
 		h.started(s2)
-		h.exited(s2.AttemptID, 0)
+		h.succeeded(s2.AttemptID)
 		h.waitExp(e.ID, virga.ExperimentCompleted)
 	case <-time.After(time.Second):
 		tr := h.trial(s.TrialID)
@@ -450,7 +498,7 @@ func TestCrashRecovery(t *testing.T) {
 	for range 5 {
 		s := ref.nextStart()
 		ref.started(s)
-		ref.exited(s.AttemptID, 0)
+		ref.succeeded(s.AttemptID)
 	}
 	ref.waitExp(re.ID, virga.ExperimentCompleted)
 	want := map[int]map[string]any{}
@@ -546,7 +594,7 @@ func TestCrashRecoveryStartingAttemptLost(t *testing.T) {
 		t.Fatalf("restart %+v, want a new attempt of trial %d", s2, s.TrialID)
 	}
 	h.started(s2)
-	h.exited(s2.AttemptID, 0)
+	h.succeeded(s2.AttemptID)
 	tr := h.waitTrial(s.TrialID, virga.TrialCompleted)
 	if tr.Restarts != 0 || tr.Attempts != 2 {
 		t.Errorf("restarts %d attempts %d, want 0 and 2", tr.Restarts, tr.Attempts)

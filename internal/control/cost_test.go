@@ -86,6 +86,7 @@ func TestAttemptCostStored(t *testing.T) {
 		t.Errorf("cost without a pricer = %v, %v; want 0", c, err)
 	}
 
+	h.report(s.AttemptID, 1, 0.5)
 	code := 0
 	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: clk.Advance(100 * time.Second), ExitCode: &code})
 	h.waitTrial(s.TrialID, virga.TrialCompleted)

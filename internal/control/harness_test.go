@@ -270,6 +270,13 @@ func (h *harness) exited(attemptID int64, code int) {
 	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: time.Now(), ExitCode: &code})
 }
 
+// succeeded reports the objective once and exits 0: a trial with a result.
+func (h *harness) succeeded(attemptID int64) {
+	h.t.Helper()
+	h.report(attemptID, 0, 1)
+	h.exited(attemptID, 0)
+}
+
 func (h *harness) signalled(attemptID int64, sig string) {
 	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: time.Now(), Signal: sig})
 }

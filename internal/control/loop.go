@@ -534,11 +534,11 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 	now := c.now()
 	switch es.exp.State {
 	case virga.ExperimentStopping:
-		msg := "stopped by user"
+		reason, msg := virga.ReasonStoppedByUser, "stopped by user"
 		if budgetStopped(es) {
-			msg = es.exp.Message
+			reason, msg = virga.ReasonBudgetSpent, es.exp.Message
 		}
-		c.finishExperiment(it, es, virga.ExperimentStopped, msg, now)
+		c.finishExperiment(it, es, virga.ExperimentStopped, reason, msg, now)
 	case virga.ExperimentActive:
 		if !es.exhausted && len(es.trials) < es.spec.MaxTrials {
 			return
@@ -554,8 +554,53 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 				c.endTrial(it, ts, virga.TrialStopped, "not promoted by the searcher", search.Stopped, now)
 			}
 		}
-		c.finishExperiment(it, es, virga.ExperimentCompleted, "", now)
+		ts := make([]*virga.Trial, len(es.trials))
+		for i, t := range es.trials {
+			ts[i] = t.t
+		}
+		state, reason, msg := searchEnd(ts, es.spec.Objective.Metric)
+		c.finishExperiment(it, es, state, reason, msg, now)
 	}
+}
+
+// searchEnd decides how an experiment whose search is over ends, from its
+// trials: COMPLETED when it has a result, some trial that reported the
+// objective metric, unless every trial failed; FAILED otherwise, with the
+// reason that says which and a message that says what to look at.
+func searchEnd(trials []*virga.Trial, metric string) (virga.ExperimentState, virga.ExperimentReason, string) {
+	failed, reported := 0, 0
+	var lastFailed *virga.Trial
+	for _, t := range trials {
+		if t.State == virga.TrialFailed {
+			failed++
+			lastFailed = t
+		}
+		if t.Best != nil {
+			reported++
+		}
+	}
+	switch {
+	case len(trials) > 0 && failed == len(trials):
+		msg := fmt.Sprintf("all %d trials failed", failed)
+		if failed == 1 {
+			msg = "its only trial failed"
+		}
+		if lastFailed.Message != "" {
+			msg += fmt.Sprintf(" (trial %d: %s)", lastFailed.ID, lastFailed.Message)
+		}
+		return virga.ExperimentFailed, virga.ReasonAllTrialsFailed, msg + fmt.Sprintf("; its output: virga logs %d", lastFailed.ID)
+	case reported == 0:
+		msg := fmt.Sprintf("no trial reported the objective metric %q", metric)
+		if len(trials) == 0 {
+			return virga.ExperimentFailed, virga.ReasonNoObjective, msg + " (the searcher proposed none)"
+		}
+		msg += fmt.Sprintf("; the trainer must report it under that name (virga logs %d shows what one printed)", trials[0].ID)
+		if failed > 0 {
+			msg += fmt.Sprintf("; %d of %d trials failed", failed, len(trials))
+		}
+		return virga.ExperimentFailed, virga.ReasonNoObjective, msg
+	}
+	return virga.ExperimentCompleted, virga.ReasonSearchFinished, ""
 }
 
 // pausedBySearch reports whether the searcher paused a trial (and only the
@@ -564,8 +609,8 @@ func pausedBySearch(ts *trialState) bool {
 	return ts.t.State == virga.TrialPaused && ts.t.Message == pausedBySearcher && ts.attempt == nil
 }
 
-func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.ExperimentState, msg string, now time.Time) {
-	es.exp.State, es.exp.Message, es.exp.EndedAt = state, msg, now
+func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.ExperimentState, reason virga.ExperimentReason, msg string, now time.Time) {
+	es.exp.State, es.exp.Reason, es.exp.Message, es.exp.EndedAt = state, reason, msg, now
 	it.touchExp(es)
 	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment." + strings.ToLower(string(state)), Message: msg, Time: now})
 	delete(c.exps, es.exp.ID)
@@ -630,7 +675,7 @@ func (c *Controller) schedule(it *iteration) {
 		res := resources(es.spec)
 		if fits, most, where, known := c.fitsEver(pools, res); known && !fits && running(es) == 0 {
 			// No trial can ever start: say so rather than wait forever.
-			c.finishExperiment(it, es, virga.ExperimentFailed, fmt.Sprintf(
+			c.finishExperiment(it, es, virga.ExperimentFailed, virga.ReasonUnschedulable, fmt.Sprintf(
 				"each trial needs %s but %s has at most %s: lower resources in the experiment file or give the server more capacity",
 				fmtResources(res), where, fmtResources(most)), now)
 			continue

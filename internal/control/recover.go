@@ -191,7 +191,7 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		}
 		if err != nil {
 			// The spec was valid when submitted; a newer Virga may disagree.
-			exp.State, exp.Message, exp.EndedAt = virga.ExperimentFailed, "cannot be recovered: "+err.Error(), now
+			exp.State, exp.Reason, exp.Message, exp.EndedAt = virga.ExperimentFailed, virga.ReasonUnrecoverable, "cannot be recovered: "+err.Error(), now
 			it.b.Experiments = append(it.b.Experiments, exp)
 			continue
 		}

@@ -35,7 +35,9 @@ func TestStartThatAlwaysFailsEndsTheTrial(t *testing.T) {
 	be := &failingBackend{fakeBackend: newFakeBackend()}
 	h.start(be)
 	e := h.submit(expYAML("nostart", "max_trials: 1\nmax_restarts: 2"))
-	h.waitExp(e.ID, virga.ExperimentCompleted)
+	if got := h.waitExp(e.ID, virga.ExperimentFailed); got.Reason != virga.ReasonAllTrialsFailed {
+		t.Errorf("experiment reason %q, want %q", got.Reason, virga.ReasonAllTrialsFailed)
+	}
 	ts := h.trials(e.ID)
 	if len(ts) != 1 || ts[0].State != virga.TrialFailed || !strings.Contains(ts[0].Message, "could not start") {
 		t.Fatalf("trials %+v; want one FAILED trial saying it could not start", ts)

@@ -180,6 +180,11 @@ func (p *parser) searchSpace(e *Experiment, searcherNode, maxTrialsNode *yaml.No
 		}
 		g := e.GridSize()
 		switch {
+		case g == 1:
+			// Nothing to search: a grid of one point would run one trial
+			// whatever max_trials says.
+			p.at(searcherNode, "searcher", "the grid has one point, as no hyperparameter varies%s; give one a range or several values, "+
+				"e.g. lr: {type: float, min: 0.001, max: 0.1}, or choose searcher: single to run one trial", constantsNote(e))
 		case maxTrials > 0:
 			e.MaxTrials = min(maxTrials, g)
 		case maxTrialsNode != nil:
@@ -198,6 +203,18 @@ func (p *parser) searchSpace(e *Experiment, searcherNode, maxTrialsNode *yaml.No
 	default:
 		e.MaxTrials = max(def.defaultTrials, rungTrials(e.Searcher))
 	}
+}
+
+// constantsNote names the hyperparameters of a grid of one point, which
+// each hold one value, for its message.
+func constantsNote(e *Experiment) string {
+	switch len(e.Order) {
+	case 0:
+		return " (none is defined)"
+	case 1:
+		return fmt.Sprintf(" (%s has one value)", e.Order[0])
+	}
+	return fmt.Sprintf(" (%s each have one value)", strings.Join(e.Order, ", "))
 }
 
 // rungTrials is the default max_trials of a rung stopper (asha, hyperband)

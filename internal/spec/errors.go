@@ -1,6 +1,9 @@
 package spec
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +42,30 @@ func (p Problem) String() string {
 type Error struct {
 	Problems []Problem
 }
+
+// FileError means a file to parse could not be read: it does not exist, is
+// not a regular file, or may not be read. It unwraps to the cause, so
+// errors.Is(err, os.ErrNotExist) tells a missing file.
+type FileError struct {
+	Kind string // "experiment" or "capacity"
+	Path string // as given
+	Err  error  // the cause, e.g. *fs.PathError
+}
+
+// Error names the file and why it could not be read.
+func (e *FileError) Error() string {
+	cause := e.Err
+	if pe, ok := e.Err.(*fs.PathError); ok {
+		cause = pe.Err
+	}
+	if errors.Is(e.Err, fs.ErrNotExist) {
+		return fmt.Sprintf("%s: no such file (the %s file to read; a relative path is from the current directory)", e.Path, e.Kind)
+	}
+	return fmt.Sprintf("%s: cannot read the %s file: %v", e.Path, e.Kind, cause)
+}
+
+// Unwrap returns the cause.
+func (e *FileError) Unwrap() error { return e.Err }
 
 // Error prints one problem per line.
 func (e *Error) Error() string {

@@ -1,8 +1,10 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -164,6 +166,24 @@ func clip(s string) string {
 	return s
 }
 
+// yamlFloat is the YAML 1.2 core schema's syntax of a decimal number.
+var yamlFloat = regexp.MustCompile(`^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`)
+
+// outOfRange reports whether n is written as a number (plain, not quoted)
+// whose magnitude is beyond a float64's, such as -1e400: YAML resolves it as
+// a string, but the user wrote a number.
+func outOfRange(n *yaml.Node) bool {
+	const written = yaml.TaggedStyle | yaml.SingleQuotedStyle | yaml.DoubleQuotedStyle | yaml.LiteralStyle | yaml.FoldedStyle
+	if n.Kind != yaml.ScalarNode || n.Style&written != 0 || n.ShortTag() != "!!str" || !yamlFloat.MatchString(n.Value) {
+		return false
+	}
+	_, err := strconv.ParseFloat(n.Value, 64)
+	return errors.Is(err, strconv.ErrRange)
+}
+
+// rangeHint says what a float64 holds, after a number out of its range.
+const rangeHint = "numbers must be within ±1.8e308"
+
 // describe names what a node holds, for "expected X, got Y" messages.
 func describe(n *yaml.Node) string {
 	switch n.Kind {
@@ -180,6 +200,9 @@ func describe(n *yaml.Node) string {
 	case "!!null":
 		return "an empty value"
 	case "!!str":
+		if outOfRange(n) {
+			return fmt.Sprintf("the number %s, which is out of range (%s)", clip(n.Value), rangeHint)
+		}
 		return fmt.Sprintf("the string %q", clip(n.Value))
 	case "!!int":
 		return "the integer " + clip(n.Value)
@@ -223,6 +246,10 @@ func (p *parser) number(n *yaml.Node, path string) (float64, bool) {
 			}
 		}
 	}
+	if outOfRange(n) {
+		p.at(n, path, "number %s is out of range (%s)", clip(n.Value), rangeHint)
+		return 0, false
+	}
 	p.at(n, path, "expected a number, got %s", describe(n))
 	return 0, false
 }
@@ -251,6 +278,10 @@ func (p *parser) integer(n *yaml.Node, path string) (int64, bool) {
 				return 0, false
 			}
 		}
+	}
+	if outOfRange(n) {
+		p.at(n, path, "number %s is out of range (an integer here is at most 2^53)", clip(n.Value))
+		return 0, false
 	}
 	p.at(n, path, "expected an integer, got %s", describe(n))
 	return 0, false
@@ -315,12 +346,16 @@ func (p *parser) scalarValue(n *yaml.Node, path string) (any, bool) {
 		}
 		return b, true
 	}
+	if outOfRange(n) {
+		p.at(n, path, "number %s is out of range (%s); quote it (\"%s\") if it is a string", clip(n.Value), rangeHint, clip(n.Value))
+		return nil, false
+	}
 	return n.Value, true
 }
 
 // duration reads a positive duration: Go syntax ("90s") or whole seconds.
 func (p *parser) duration(n *yaml.Node, path string) (Duration, bool) {
-	if !isScalar(n) || n.ShortTag() == "!!float" || n.ShortTag() == "!!bool" {
+	if !isScalar(n) || n.ShortTag() == "!!float" || n.ShortTag() == "!!bool" || outOfRange(n) {
 		p.at(n, path, "expected a duration like 90s, 30m or 1h30m, or whole seconds, got %s", describe(n))
 		return 0, false
 	}

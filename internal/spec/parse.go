@@ -78,12 +78,12 @@ func Load(path string) (*Experiment, []byte, error) {
 func readFile(kind, path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("opening %s file: %w", kind, err)
+		return nil, &FileError{Kind: kind, Path: path, Err: err}
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s file %s: %w", kind, path, err)
+		return nil, &FileError{Kind: kind, Path: path, Err: err}
 	}
 	return data, nil
 }

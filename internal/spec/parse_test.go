@@ -460,3 +460,17 @@ func TestDeadlineAndBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotedBigNumbersAreStrings: a number beyond a float64 is an error only
+// when written as a number; quoted or tagged !!str it is the string written.
+func TestQuotedBigNumbersAreStrings(t *testing.T) {
+	e, err := Parse("q.yaml", []byte("name: q\nobjective: l\nhyperparameters:\n  a: \"-1e400\"\n  b: !!str 1e400\n  c: 1e-400\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]any{"a": "-1e400", "b": "1e400", "c": 0.0} {
+		if got := e.Hyperparameters[name].Value; got != want {
+			t.Errorf("%s = %#v, want %#v", name, got, want)
+		}
+	}
+}

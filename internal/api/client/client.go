@@ -235,7 +235,16 @@ func (c *Client) Complete(ctx context.Context, attemptID int64, ok bool) (*virga
 
 // Logs copies a trial's output to w; with follow it returns when the trial has ended.
 func (c *Client) Logs(ctx context.Context, trialID int64, follow bool, w io.Writer) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/v1/trials/"+itoa(trialID)+"/logs?follow="+strconv.FormatBool(follow), nil)
+	return c.logs(ctx, trialID, "follow="+strconv.FormatBool(follow), w)
+}
+
+// AttemptLog copies the output of a trial's attempt number n (1-based) to w.
+func (c *Client) AttemptLog(ctx context.Context, trialID int64, n int, w io.Writer) error {
+	return c.logs(ctx, trialID, "attempt="+strconv.Itoa(n), w)
+}
+
+func (c *Client) logs(ctx context.Context, trialID int64, query string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/v1/trials/"+itoa(trialID)+"/logs?"+query, nil)
 	if err != nil {
 		return err
 	}

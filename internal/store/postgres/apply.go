@@ -112,7 +112,7 @@ func (q *queue) exec(what string, sql string, args ...any) {
 
 // The columns of the rows read back (see read.go) and inserted.
 const (
-	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at`
+	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at, reason`
 	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
 	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction`
 	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
@@ -125,21 +125,22 @@ func (q *queue) experiment(e *virga.Experiment) error {
 	var enc column.Encoder
 	if e.ID == 0 {
 		args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
-			enc.Time("created_at", e.CreatedAt), enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt)}
+			enc.Time("created_at", e.CreatedAt), enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt),
+			string(e.Reason)}
 		if enc.Err != nil {
 			return fmt.Errorf("experiment %q: %w", e.Name, enc.Err)
 		}
-		q.insert("experiment", &e.ID, `INSERT INTO experiments (`+experimentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
+		q.insert("experiment", &e.ID, `INSERT INTO experiments (`+experimentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
 			args...)
 		return nil
 	}
 	args := []any{string(e.State), e.SearcherState, e.Message,
-		enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt), e.ID}
+		enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt), string(e.Reason), e.ID}
 	if enc.Err != nil {
 		return fmt.Errorf("experiment %q: %w", e.Name, enc.Err)
 	}
 	q.update("experiment", e.ID, `UPDATE experiments SET state = $1, searcher_state = $2, message = $3,
-		updated_at = $4, ended_at = $5 WHERE id = $6`, args...)
+		updated_at = $4, ended_at = $5, reason = $6 WHERE id = $7`, args...)
 	return nil
 }
 

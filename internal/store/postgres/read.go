@@ -63,13 +63,13 @@ func limit(n int) string {
 
 func scanExperiment(r pgx.Row) (*virga.Experiment, error) {
 	var e virga.Experiment
-	var state string
+	var state, reason string
 	var created, updated, ended *int64
 	if err := r.Scan(&e.ID, &e.Name, &state, &e.Spec, &e.SpecFile, &e.SearcherState, &e.Message,
-		&created, &updated, &ended); err != nil {
+		&created, &updated, &ended, &reason); err != nil {
 		return nil, err
 	}
-	e.State = virga.ExperimentState(state)
+	e.State, e.Reason = virga.ExperimentState(state), virga.ExperimentReason(reason)
 	e.Spec, e.SearcherState = column.DecBytes(e.Spec), column.DecBytes(e.SearcherState)
 	e.CreatedAt, e.UpdatedAt, e.EndedAt = column.DecTime(created), column.DecTime(updated), column.DecTime(ended)
 	return &e, nil

@@ -179,7 +179,7 @@ func (w *writer) upsert(what string, id *int64, insert, update *sql.Stmt, insert
 
 // The columns of the rows read back (see read.go) and inserted.
 const (
-	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at`
+	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at, reason`
 	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
 	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction`
 	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
@@ -189,9 +189,9 @@ const (
 // The statements of the rows that are inserted and updated. An update leaves
 // the columns fixed at insertion alone (see store.Batch).
 const (
-	insertExperiment = `INSERT INTO experiments (` + experimentCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	insertExperiment = `INSERT INTO experiments (` + experimentCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateExperiment = `UPDATE experiments SET state = ?, searcher_state = ?, message = ?, updated_at = ?,
-		ended_at = ? WHERE id = ?`
+		ended_at = ?, reason = ? WHERE id = ?`
 	insertTrial = `INSERT INTO trials (` + trialCols + `)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateTrial = `UPDATE trials SET state = ?, attempts = ?, restarts = ?, step = ?, latest = ?, best = ?,
@@ -311,7 +311,8 @@ func (w *writer) experiment(e *virga.Experiment) error {
 		func() ([]any, error) {
 			var enc column.Encoder
 			args := []any{e.Name, string(e.State), e.Spec, e.SpecFile, e.SearcherState, e.Message,
-				enc.Time("created_at", e.CreatedAt), enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt)}
+				enc.Time("created_at", e.CreatedAt), enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt),
+				string(e.Reason)}
 			if enc.Err != nil {
 				return fail(enc.Err)
 			}
@@ -320,7 +321,7 @@ func (w *writer) experiment(e *virga.Experiment) error {
 		func() ([]any, error) {
 			var enc column.Encoder
 			args := []any{string(e.State), e.SearcherState, e.Message,
-				enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt)}
+				enc.Time("updated_at", e.UpdatedAt), enc.Time("ended_at", e.EndedAt), string(e.Reason)}
 			if enc.Err != nil {
 				return fail(enc.Err)
 			}

@@ -209,7 +209,8 @@ func testExperimentRoundTrip(t *testing.T, s store.Store) {
 
 	// A full-row update, from a time in another zone; nil searcher state.
 	upd := *e
-	upd.Name, upd.State, upd.Message = "mnist-2", virga.ExperimentCompleted, "search finished"
+	upd.Name, upd.State, upd.Message = "mnist-2", virga.ExperimentFailed, "no trial reported the objective metric loss"
+	upd.Reason = virga.ReasonNoObjective
 	upd.Spec, upd.SpecFile, upd.SearcherState = []byte("x"), "other.yaml", nil
 	upd.UpdatedAt = at(time.Hour).In(time.FixedZone("X", 5*3600))
 	upd.EndedAt = at(time.Hour + 1)
