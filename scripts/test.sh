@@ -78,12 +78,13 @@ fuzz() {
 }
 
 if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
-  echo "== fuzz (15s per parser: experiment files, capacity files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format, squeue output, checkpoint archives and the agent's spec)"
+  echo "== fuzz (15s per parser: experiment files, capacity files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format, squeue and scontrol output, checkpoint archives and the agent's spec)"
   fuzz FuzzParse 15 ./internal/spec
   fuzz FuzzParseCapacity 15 ./internal/spec
   fuzz FuzzReportDecode 15 ./internal/api
   fuzz FuzzMetricLine 15 ./internal/backend/local
   fuzz FuzzParseQueue 10 ./internal/backend/slurm
+  fuzz FuzzParseScontrol 10 ./internal/backend/slurm
   fuzz FuzzExtractArchive 10 ./internal/checkpoint
   fuzz FuzzDecode 10 ./internal/agent
   fuzz FuzzReadModel 10 ./elastic
