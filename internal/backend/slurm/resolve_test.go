@@ -11,6 +11,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend/slurm/slurmtest"
+	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/spec"
 )
 
@@ -62,6 +63,15 @@ func TestResolveFromPartition(t *testing.T) {
 		if p.Billing != spec.BillingSlurm || p.Price.USDPerHour != 0 {
 			t.Errorf("pool %s: billing %+v price %+v; want per second without minimum, price 0", p.Name, p.Billing, p.Price)
 		}
+	}
+	// Slurm accounts by the second: a 12 s job costs 12 s, not the minute
+	// of a cloud instance (5 times as much).
+	set, err := capacity.Load(c, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.Pools[0].Billing.Billed(12 * time.Second); got != 12*time.Second {
+		t.Errorf("a 12 s job is billed %s, want 12s", got)
 	}
 	got := PoolFromSpec(&c.Pools[0])
 	wantPool := Pool{Name: "spot", Partition: "spot", Node: virga.Resources{CPU: 2, MemoryMB: 4000}, Nodes: 2, Preemptible: true, Warning: 15 * time.Second}
@@ -124,6 +134,12 @@ func TestResolveContradictions(t *testing.T) {
     preemption: none
 `, []string{
 			"c.yaml:4:17: pools[spot].preemption: none says the pool is never reclaimed, but Slurm preempts the jobs of partition spot (PreemptMode REQUEUE, and ondemand (PriorityTier 10) on its nodes outranks its PriorityTier 1); remove it (a model such as {rate: 0.5/h, outage: 10m} only feeds virga sim and virga estimate)",
+		}},
+		{"GPU type without GPUs", `  - name: spot
+    backend: slurm
+    node: {gpu_type: a100}
+`, []string{
+			"c.yaml:4:22: pools[spot].node.gpu_type: names the GPU type, but the nodes of partition spot have no GPU (no Gres gpu); remove gpu_type:",
 		}},
 		{"no such partition", `  - name: gpu
     backend: slurm
