@@ -38,6 +38,9 @@ trap cleanup EXIT
 scripts/slurm.sh start
 export VIRGA_TEST_SLURM=1
 
+echo "== script tests"
+scripts/apt_test.sh
+
 echo "== go mod tidy (go.mod and go.sum must be tidy)"
 if ! go mod tidy -diff; then
   echo "go.mod or go.sum is not tidy: run go mod tidy and commit the result" >&2
