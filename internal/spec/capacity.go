@@ -512,12 +512,12 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 			p.missing(f, at("preemption"), "required for a spot pool; none, {trace: avail.json, speed: 60}, {rate: 0.5/h, outage: 10m} or {bid: 1.2}")
 		}
 	} else if provider && spot && marketOK && nn.Kind == yaml.ScalarNode && nn.Value == string(PreemptNone) {
-		fix := "remove it"
+		who, fix := "provider", "remove it"
 		if slurm {
-			fix = "remove it and market: spot (a Slurm pool reads whether it is preempted from its partition)"
+			who, fix = "cluster", "remove it and market: spot (a Slurm pool reads whether it is preempted from its partition)"
 		}
 		p.at(nn, at("preemption"), "none says this spot pool is never reclaimed, but on backend %s the %s reclaims it and a model here only feeds virga sim and virga estimate; %s, or model the reclaims, e.g. {rate: 0.5/h, outage: 10m}",
-			pool.Backend, map[bool]string{true: "cluster", false: "provider"}[slurm], fix)
+			pool.Backend, who, fix)
 	} else if nn.Kind == yaml.MappingNode && !spot && marketOK {
 		spotOnly(nn, "preemption", "on-demand capacity is not reclaimed")
 	} else if pr, ok := p.preemption(nn, at("preemption"), pool.Price.Trace != nil, priceNode != nil); ok {
