@@ -187,11 +187,19 @@ func (r record) count(key string, errs []error) (int, []error) {
 // without "=" (or not starting with a name) continues the value before it,
 // as in "OS=Linux 6.1.0 #1 SMP".
 func records(out, first string) ([]record, error) {
-	var recs []record
-	var cur record
-	last := ""
 	if strings.HasPrefix(strings.TrimSpace(out), "No ") {
 		return nil, nil // "No partitions in the system", "No nodes in the system"
+	}
+	var recs []record
+	var cur record
+	var words []string // the value being read, word by word (joined once: linear time)
+	last := ""
+	flush := func() {
+		if cur != nil && last != "" {
+			if _, dup := cur[last]; !dup {
+				cur[last] = strings.Join(words, " ")
+			}
+		}
 	}
 	for _, w := range strings.Fields(out) {
 		k, v, ok := strings.Cut(w, "=")
@@ -199,20 +207,19 @@ func records(out, first string) ([]record, error) {
 			if cur == nil {
 				return nil, fmt.Errorf("unexpected %q before the first %s=", clipped(w), first)
 			}
-			cur[last] += " " + w
+			words = append(words, w)
 			continue
 		}
+		flush()
 		if k == first {
 			cur = record{}
 			recs = append(recs, cur)
 		} else if cur == nil {
 			return nil, fmt.Errorf("unexpected %s= before the first %s=", clipped(k), first)
 		}
-		if _, dup := cur[k]; !dup {
-			cur[k] = v
-		}
-		last = k
+		last, words = k, append(words[:0], v)
 	}
+	flush()
 	for _, r := range recs {
 		if r[first] == "" {
 			return nil, fmt.Errorf("a record with an empty %s", first)
