@@ -427,8 +427,10 @@ func ReadCluster(ctx context.Context, scontrol string, partitions []string) (*Cl
 		cmd := exec.CommandContext(ctx, scontrol, args...)
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
-			msg := strings.TrimSpace(stderr.String() + " " + stdout.String())
-			return "", fmt.Errorf("%s %s: %w: %s", scontrol, strings.Join(args, " "), err, clipped(msg))
+			if msg := strings.TrimSpace(stderr.String() + " " + stdout.String()); msg != "" {
+				return "", fmt.Errorf("%s %s: %w: %s", scontrol, strings.Join(args, " "), err, clipped(msg))
+			}
+			return "", fmt.Errorf("%s %s: %w", scontrol, strings.Join(args, " "), err)
 		}
 		return stdout.String(), nil
 	}

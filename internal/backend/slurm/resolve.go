@@ -25,7 +25,7 @@ func ResolveCapacity(ctx context.Context, c *spec.Capacity, scontrol string) err
 	}
 	cl, err := ReadCluster(ctx, scontrol, parts)
 	if err != nil {
-		return fmt.Errorf("%s: reading the Slurm partitions %s of its pools: %w (a Slurm pool reads what it leaves out, node, nodes, market and warning, from its partition)",
+		return fmt.Errorf("%s: reading the Slurm partitions %s of its pools: %w (a Slurm pool reads what it leaves out, node, nodes, market and warning, from its partition: run where Slurm's commands work, or give them)",
 			c.File, strings.Join(parts, ", "), err)
 	}
 	return Resolve(c, cl)
