@@ -18,6 +18,8 @@ spool=/var/spool/virga-slurm # slurmctld state and the slurmds' spools
 logs=/var/log/slurm
 nodes=(virga1 virga2)
 hosts_tag="# virga-slurm test nodes"
+# shellcheck source=scripts/apt.sh
+source "$(dirname "$0")/apt.sh"
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -63,9 +65,7 @@ if running; then exit 0; fi
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v sbatch >/dev/null ||
   ! command -v munged >/dev/null; then
   echo "== installing slurm-wlm munge" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq slurm-wlm munge >/dev/null
+  apt_install slurm-wlm munge
 fi
 if [ -f "$conf" ] && ! grep -qF "$marker" "$conf"; then
   echo "$conf exists and is not Virga's test configuration: not overwriting it" >&2

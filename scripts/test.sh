@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
 # Virga's whole test suite, from a fresh clone on a fresh Debian machine:
-# installs what is missing (PostgreSQL, Python with PyTorch, Optuna, matplotlib and scikit-learn, Slurm), starts PostgreSQL
-# and a single-host Slurm cluster (scripts/slurm.sh), runs every Go test with the race detector, the Python
-# tests, and a short fuzz pass of every parser, then stops what it started.
+# installs what is missing (PostgreSQL of Debian's version, gcc for the race detector, Python with PyTorch, Optuna,
+# matplotlib and scikit-learn, Slurm), waiting for another apt to finish; starts PostgreSQL and a single-host Slurm
+# cluster (scripts/slurm.sh, which adds a line for its nodes to /etc/hosts), runs every Go test with the race
+# detector, the Python tests, and a short fuzz pass of every parser, then stops what it started.
 #   scripts/test.sh            everything
 #   VIRGA_TEST_QUICK=1 ...     skip the fuzz pass
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 
+# shellcheck source=scripts/apt.sh
+source scripts/apt.sh
 need=()
-command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /usr/lib/postgresql/15 ] || need+=(postgresql)
+command -v pg_ctlcluster >/dev/null 2>&1 && [ -n "$(scripts/postgres.sh version)" ] || need+=(postgresql)
+# The race detector needs cgo, and cgo a C compiler.
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 /usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
 /usr/bin/python3 -c 'import optuna, matplotlib' >/dev/null 2>&1 || need+=(python3-optuna python3-matplotlib)
 /usr/bin/python3 -c 'import sklearn' >/dev/null 2>&1 || need+=(python3-sklearn)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq "${need[@]}" >/dev/null
+  apt_install "${need[@]}"
 fi
 
 started_pg=0
-if ! pg_lsclusters -h 2>/dev/null | awk '$1==15 && $2=="main" {print $4}' | grep -q online; then
-  started_pg=1
-fi
+scripts/postgres.sh status || started_pg=1
 VIRGA_TEST_POSTGRES=$(scripts/postgres.sh start | tail -n 1)
 export VIRGA_TEST_POSTGRES
 started_slurm=0
@@ -36,6 +37,9 @@ cleanup() {
 trap cleanup EXIT
 scripts/slurm.sh start
 export VIRGA_TEST_SLURM=1
+
+echo "== script tests"
+scripts/apt_test.sh
 
 echo "== go mod tidy (go.mod and go.sum must be tidy)"
 if ! go mod tidy -diff; then
@@ -77,12 +81,13 @@ fuzz() {
 }
 
 if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
-  echo "== fuzz (15s per parser: experiment files, capacity files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format, squeue output, checkpoint archives and the agent's spec)"
+  echo "== fuzz (15s per parser: experiment files, capacity files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format, squeue and scontrol output, checkpoint archives and the agent's spec)"
   fuzz FuzzParse 15 ./internal/spec
   fuzz FuzzParseCapacity 15 ./internal/spec
   fuzz FuzzReportDecode 15 ./internal/api
   fuzz FuzzMetricLine 15 ./internal/backend/local
   fuzz FuzzParseQueue 10 ./internal/backend/slurm
+  fuzz FuzzParseScontrol 10 ./internal/backend/slurm
   fuzz FuzzExtractArchive 10 ./internal/checkpoint
   fuzz FuzzDecode 10 ./internal/agent
   fuzz FuzzReadModel 10 ./elastic

@@ -110,7 +110,7 @@ func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOp
 	if err != nil {
 		return nil, usageError{err}
 	}
-	set, err := capacity.LoadFile(o.capacity)
+	_, set, err := server.LoadCapacity(ctx, o.capacity, false)
 	if err != nil {
 		return nil, usageError{err}
 	}

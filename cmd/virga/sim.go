@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/search/replay"
+	"github.com/virga-ml/virga/internal/server"
 	"github.com/virga-ml/virga/internal/sim"
 	"github.com/virga-ml/virga/internal/spec"
 )
@@ -126,7 +128,7 @@ func runSim(g *globals, file string, f simFlags) error {
 	if err != nil {
 		return err
 	}
-	set, err := capacity.LoadFile(f.capacity)
+	_, set, err := server.LoadCapacity(context.Background(), f.capacity, false)
 	if err != nil {
 		return err
 	}

@@ -24,17 +24,15 @@ func needSlurm(t *testing.T) {
 	slurmtest.Need(t)
 }
 
-// slurmCapacity writes a capacity file of the test cluster's spot partition.
+// slurmCapacity writes a capacity file of the test cluster's spot partition:
+// the server reads the CPUs, the nodes, that it is preempted and the warning
+// from the partition.
 func slurmCapacity(t *testing.T, dir string) string {
 	p := filepath.Join(dir, "slurm.yaml")
 	y := `pools:
   - name: spot
     backend: slurm
-    slurm: {partition: spot}
-    node: {cpu: 2, memory: 1000MiB}
-    nodes: 2
-    market: spot
-    preemption: none
+    node: {memory: 1000MiB}
     price: 0.3
     on_demand_price: 1
 `

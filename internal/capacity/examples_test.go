@@ -2,8 +2,12 @@ package capacity
 
 import (
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/virga-ml/virga/internal/spec"
 )
 
 // TestExampleCapacityFiles parses and loads every examples/capacity/*.yaml
@@ -19,6 +23,14 @@ func TestExampleCapacityFiles(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
+			if c, _, err := spec.LoadCapacity(f); err == nil && slices.ContainsFunc(c.Pools, func(p spec.Pool) bool { return p.FromCluster() }) {
+				// Its Slurm pools are read from the cluster first:
+				// internal/backend/slurm's TestExampleSlurmCapacity.
+				if _, err := Load(c, filepath.Dir(f)); err == nil || !strings.Contains(err.Error(), "only its Slurm partition tells") {
+					t.Errorf("loading pools that need the cluster without it: %v", err)
+				}
+				return
+			}
 			s, err := LoadFile(f)
 			if err != nil {
 				t.Fatalf("%v", err)

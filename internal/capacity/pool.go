@@ -182,6 +182,10 @@ func (l *loader) resolve(path string) string {
 
 // pool builds one pool; nil after reporting a problem.
 func (l *loader) pool(sp *spec.Pool) *Pool {
+	if sp.FromCluster() {
+		l.problem(sp.Pos, sp.Path("slurm"), "leaves out what only its Slurm partition tells (node, nodes, market, warning), and the cluster was not read; read it where scontrol works (virga server, virga sim and virga estimate do), or give them")
+		return nil
+	}
 	p := &Pool{
 		Name:            sp.Name,
 		Backend:         sp.Backend,

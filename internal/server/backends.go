@@ -1,15 +1,53 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/backend/kube"
 	"github.com/virga-ml/virga/internal/backend/slurm"
+	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/spec"
 )
+
+// LoadCapacity reads the capacity file at path and builds its pools, after
+// reading from the Slurm cluster (scontrol) what its Slurm pools leave out
+// (slurm.Resolve). With check, the Slurm pools are checked against their
+// partitions even when they give everything (a server, which submits to
+// them); without, the cluster is read only when a pool needs it (virga sim
+// and virga estimate may run where Slurm's commands do not).
+func LoadCapacity(ctx context.Context, path string, check bool) (*spec.Capacity, *capacity.Set, error) {
+	c, _, err := spec.LoadCapacity(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := resolveSlurm(ctx, c, check); err != nil {
+		return nil, nil, err
+	}
+	set, err := capacity.Load(c, filepath.Dir(path))
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, set, nil
+}
+
+// resolveSlurm completes c's Slurm pools from the cluster: always with
+// check, else when one of them needs it.
+func resolveSlurm(ctx context.Context, c *spec.Capacity, check bool) error {
+	need := false
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		need = need || p.FromCluster() || check && p.Backend == spec.BackendSlurm
+	}
+	if !need {
+		return nil
+	}
+	return slurm.ResolveCapacity(ctx, c, "")
+}
 
 // poolBackend returns the one backend a capacity file's pools name: local
 // (the server's own backend, built by the caller), slurm or kubernetes. A

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCapacityFileBackends: a server runs the pools of one backend; a file
@@ -36,5 +37,36 @@ func TestCapacityFileBackends(t *testing.T) {
 				t.Fatalf("error %q; want it to contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestLoadCapacitySlurm: virga sim and virga estimate load a Slurm pool
+// that gives everything without reading the cluster; one that leaves its
+// shape to the partition needs scontrol, and says so when it is missing.
+func TestLoadCapacitySlurm(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PATH", dir) // no scontrol
+	full := filepath.Join(dir, "full.yaml")
+	if err := os.WriteFile(full, []byte("pools:\n  - {name: spot, backend: slurm, node: {cpu: 2}, nodes: 2, market: spot, warning: 15s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, set, err := LoadCapacity(context.Background(), full, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := set.Pools[0]; !p.Spot() || p.Warning != 15*time.Second || p.Billing.Billed(12*time.Second) != 12*time.Second || c.Pools[0].Resolved {
+		t.Errorf("pool %+v", p)
+	}
+	if _, _, err := LoadCapacity(context.Background(), full, true); err == nil || !strings.Contains(err.Error(), "reading the Slurm partitions spot of its pools") {
+		t.Errorf("checking against a cluster that cannot be read: %v", err)
+	}
+	short := filepath.Join(dir, "short.yaml")
+	if err := os.WriteFile(short, []byte("pools:\n  - {name: spot, backend: slurm}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = LoadCapacity(context.Background(), short, false)
+	if want := short + ": reading the Slurm partitions spot of its pools: scontrol show config: "; err == nil || !strings.HasPrefix(err.Error(), want) ||
+		!strings.Contains(err.Error(), "a Slurm pool reads what it leaves out") {
+		t.Errorf("error %v; want it to start with %q and say what is read", err, want)
 	}
 }

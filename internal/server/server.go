@@ -245,15 +245,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	var policy schedule.ExperimentPolicy
 	var poolInfo map[string]control.PoolInfo
 	if cfg.CapacityFile != "" {
-		set, err := capacity.LoadFile(cfg.CapacityFile)
-		if err != nil {
-			return nil, err
-		}
 		file, _, err := spec.LoadCapacity(cfg.CapacityFile)
 		if err != nil {
 			return nil, err
 		}
 		kind, err := poolBackend(cfg.CapacityFile, file)
+		if err != nil {
+			return nil, err
+		}
+		// Slurm pools take what they leave out from their partitions, and
+		// are checked against them before anything is submitted.
+		if err := resolveSlurm(ctx, file, kind == spec.BackendSlurm && cfg.Backend == nil); err != nil {
+			return nil, err
+		}
+		set, err := capacity.Load(file, filepath.Dir(cfg.CapacityFile))
 		if err != nil {
 			return nil, err
 		}

@@ -7,18 +7,20 @@ package spec
 //	pools:
 //	  - name: p3-spot               # required, unique; like experiment names
 //	    backend: local              # local | slurm | kubernetes | sim; default local
-//	    node: {cpu: 8, memory: 61GiB, gpu: 1, gpu_type: V100}   # cpu required
-//	    nodes: 4                    # or {min: 0, max: 16}; default 1
-//	    market: spot                # on-demand | spot; default on-demand
-//	    price: 0.918                # required: USD per node-hour, or a price trace:
+//	    node: {cpu: 8, memory: 61GiB, gpu: 1, gpu_type: V100}   # cpu required (slurm: read)
+//	    nodes: 4                    # or {min: 0, max: 16}; default 1 (slurm: read)
+//	    market: spot                # on-demand | spot; default on-demand (slurm: read)
+//	    price: 0.918                # required (slurm: default 0): USD per node-hour, or a price trace:
 //	                                #   {trace: prices.csv, format: gcp|aws-json|aws-tsv,
 //	                                #    instance_type: ..., zone: ..., product: Linux/UNIX}
 //	    on_demand_price: 3.06       # spot pools only: the on-demand price of the same node
-//	    preemption: none            # spot pools, required: none, {trace: avail.json, speed: 60,
-//	                                #   offset: 2h | random}, {rate: 0.5/h, outage: 10m}, {bid: 1.2}
+//	    preemption: none            # spot pools of local and sim, required: none, {trace: avail.json,
+//	                                #   speed: 60, offset: 2h | random}, {rate: 0.5/h, outage: 10m}, {bid: 1.2};
+//	                                #   slurm and kubernetes: optional, a model for estimates (never none)
 //	    billing: per-second         # per-second (1 min minimum) | per-hour |
 //	                                #   {increment: 1s, minimum: 60s}; default per-second
-//	    warning: 120s               # spot pools: notice before a reclaim; default 120s
+//	                                #   (slurm: {increment: 1s, minimum: 0s})
+//	    warning: 120s               # spot pools: notice before a reclaim; default 120s (slurm: read)
 //	    restart_overhead: 3m        # getting a node and starting a trial on it; default 0s
 //	    slurm: {partition: spot, qos: low, account: ml}   # backend slurm; partition defaults to the name
 //	    kubernetes: {node_selector: {pool: gpu}, tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}],
@@ -26,6 +28,12 @@ package spec
 //
 // Trace paths are kept as written; they are relative to the capacity file's
 // directory, and internal/capacity reads them.
+//
+// A pool of backend slurm may leave out what its partition tells: the node's
+// shape, the nodes, the market and the warning. The parser leaves them at
+// their zero values and records in Pool.Given which fields the file gives;
+// internal/backend/slurm (Resolve) reads the rest from the cluster and checks
+// what the file gives against it, before the pools are used.
 
 import (
 	"fmt"
@@ -147,6 +155,39 @@ type Pool struct {
 	Kubernetes *KubernetesPool `json:"kubernetes,omitempty"`
 	// Pos is where the pool's entry starts in the file.
 	Pos Pos `json:"-"`
+	// Given holds the position of each field the file gives, by its path
+	// in the pool: "node", "node.cpu", "node.memory", "node.gpu",
+	// "node.gpu_type", "nodes", "market", "price", "on_demand_price",
+	// "preemption", "billing", "warning". A pool of backend slurm reads the
+	// others from its partition, and checks these against it.
+	Given map[string]Pos `json:"-"`
+	// Resolved is set once the pool's partition filled in what the file
+	// leaves out (internal/backend/slurm.Resolve).
+	Resolved bool `json:"-"`
+}
+
+// Gave returns the position of a field the file gives and true, or false
+// when the file leaves it out.
+func (p *Pool) Gave(field string) (Pos, bool) {
+	pos, ok := p.Given[field]
+	return pos, ok
+}
+
+// FromCluster reports whether a pool of backend slurm leaves out something
+// that only its partition tells (the node's CPUs, the nodes, the market, a
+// spot pool's warning): such a pool must be resolved against the cluster
+// (internal/backend/slurm.Resolve) before it is used.
+func (p *Pool) FromCluster() bool {
+	if p.Backend != BackendSlurm || p.Resolved {
+		return false
+	}
+	for _, f := range []string{"node.cpu", "nodes", "market"} {
+		if _, ok := p.Given[f]; !ok {
+			return true
+		}
+	}
+	_, warned := p.Given["warning"]
+	return p.Market == Spot && !warned
 }
 
 // SlurmPool is the Slurm partition (and optionally QoS and account) a pool's
@@ -155,6 +196,9 @@ type SlurmPool struct {
 	Partition string `json:"partition"` // default: the pool's name
 	QoS       string `json:"qos,omitempty"`
 	Account   string `json:"account,omitempty"`
+	// MaxTime is the partition's MaxTime as read from the cluster (never
+	// from the file); 0 for none or not read.
+	MaxTime Duration `json:"max_time,omitempty"`
 }
 
 // KubernetesPool is how a pool's pods are put on its nodes.
@@ -238,10 +282,13 @@ type Billing struct {
 	Minimum   Duration `json:"minimum"`
 }
 
-// Billing models by name.
+// Billing models by name, and the default of Slurm pools: Slurm accounts a
+// job's time by the second, with no minimum (a site that charges otherwise
+// says so with billing:).
 var (
 	BillingPerSecond = Billing{Increment: Duration(time.Second), Minimum: Duration(time.Minute)}
 	BillingPerHour   = Billing{Increment: Duration(time.Hour), Minimum: Duration(time.Hour)}
+	BillingSlurm     = Billing{Increment: Duration(time.Second)}
 )
 
 // Field names and choices of the capacity file, in the order the
@@ -381,12 +428,16 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 		Market:  OnDemand,
 		Billing: BillingPerSecond,
 		Pos:     Pos{Line: n.Line, Col: n.Column},
+		Given:   map[string]Pos{},
 	}
 	f, ok := p.mapping(n, path, "a pool like {name: p3-spot, node: {cpu: 8}, market: spot, price: 0.918, ...}", poolFields)
 	if !ok {
 		return pool
 	}
 	at := func(field string) string { return join(path, field) }
+	for _, fl := range f.list {
+		pool.Given[fl.name] = Pos{Line: fl.val.Line, Col: fl.val.Column}
+	}
 
 	if nn := f.get("name"); nn == nil {
 		p.missing(f, at("name"), "required; a name like p3-spot (letters, digits, '.', '_', '-'; at most 64)")
@@ -398,10 +449,20 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 			pool.Backend = PoolBackend(s)
 		}
 	}
+	// A Slurm pool reads what it leaves out from its partition; real
+	// capacity (Slurm, Kubernetes) is reclaimed by its provider.
+	slurm := pool.Backend == BackendSlurm
+	provider := slurm || pool.Backend == BackendKubernetes
+	if slurm {
+		pool.Nodes = NodeCount{}
+		pool.Billing = BillingSlurm
+	}
 	if nn := f.get("node"); nn == nil {
-		p.missing(f, at("node"), "required; the shape of one node, e.g. node: {cpu: 8, memory: 61GiB, gpu: 1, gpu_type: V100}")
+		if !slurm {
+			p.missing(f, at("node"), "required; the shape of one node, e.g. node: {cpu: 8, memory: 61GiB, gpu: 1, gpu_type: V100}")
+		}
 	} else {
-		pool.Node = p.nodeShape(nn, at("node"))
+		pool.Node = p.nodeShape(nn, at("node"), slurm, pool.Given)
 	}
 	if nn := f.get("nodes"); nn != nil {
 		if nc, ok := p.nodeCount(nn, at("nodes")); ok {
@@ -414,6 +475,8 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 		if s, marketOK = p.choice(nn, at("market"), "market", markets); marketOK {
 			pool.Market = Market(s)
 		}
+	} else if slurm {
+		marketOK = false // read from the partition, which checks the spot-only fields
 	}
 	spot := pool.Market == Spot
 	// spotOnly reports a spot-only field given on an on-demand pool.
@@ -427,7 +490,9 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 
 	priceNode := f.get("price")
 	if priceNode == nil {
-		p.missing(f, at("price"), "required; USD per node-hour, e.g. price: 3.06 (0 for capacity that costs nothing), or a price trace {trace: prices.csv, instance_type: ..., zone: ...}")
+		if !slurm {
+			p.missing(f, at("price"), "required; USD per node-hour, e.g. price: 3.06 (0 for capacity that costs nothing), or a price trace {trace: prices.csv, instance_type: ..., zone: ...}")
+		}
 	} else {
 		pool.Price = p.price(priceNode, at("price"), pool.Market, marketOK)
 	}
@@ -443,9 +508,16 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 
 	pool.Preemption = Preemption{Kind: PreemptNone}
 	if nn := f.get("preemption"); nn == nil {
-		if spot {
+		if spot && !provider {
 			p.missing(f, at("preemption"), "required for a spot pool; none, {trace: avail.json, speed: 60}, {rate: 0.5/h, outage: 10m} or {bid: 1.2}")
 		}
+	} else if provider && spot && marketOK && nn.Kind == yaml.ScalarNode && nn.Value == string(PreemptNone) {
+		who, fix := "provider", "remove it"
+		if slurm {
+			who, fix = "cluster", "remove it and market: spot (a Slurm pool reads whether it is preempted from its partition)"
+		}
+		p.at(nn, at("preemption"), "none says this spot pool is never reclaimed, but on backend %s the %s reclaims it and a model here only feeds virga sim and virga estimate; %s, or model the reclaims, e.g. {rate: 0.5/h, outage: 10m}",
+			pool.Backend, who, fix)
 	} else if nn.Kind == yaml.MappingNode && !spot && marketOK {
 		spotOnly(nn, "preemption", "on-demand capacity is not reclaimed")
 	} else if pr, ok := p.preemption(nn, at("preemption"), pool.Price.Trace != nil, priceNode != nil); ok {
@@ -457,7 +529,7 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 			pool.Billing = b
 		}
 	}
-	if spot {
+	if spot && !slurm {
 		pool.Warning = DefaultSpotWarning
 	}
 	if nn := f.get("warning"); nn != nil && spotOnly(nn, "warning", "on-demand capacity is not reclaimed") {
@@ -475,7 +547,7 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 		if pool.Backend != BackendSlurm {
 			p.at(nn, at("slurm"), "only for pools of backend slurm (this one's is %s); remove it or set backend: slurm", pool.Backend)
 		} else {
-			p.slurmPool(nn, at("slurm"), pool.Slurm)
+			p.slurmPool(nn, at("slurm"), pool.Slurm, pool.Given)
 		}
 	}
 	if pool.Backend == BackendKubernetes {
@@ -491,11 +563,15 @@ func (p *parser) pool(n *yaml.Node, i int, seen map[string]*yaml.Node) Pool {
 	return pool
 }
 
-// slurmPool reads {partition, qos, account}.
-func (p *parser) slurmPool(n *yaml.Node, path string, sp *SlurmPool) {
+// slurmPool reads {partition, qos, account}, recording the fields given in
+// given ("slurm.partition", ...).
+func (p *parser) slurmPool(n *yaml.Node, path string, sp *SlurmPool, given map[string]Pos) {
 	f, ok := p.mapping(n, path, "a mapping like {partition: spot, qos: low, account: ml}", slurmFields)
 	if !ok {
 		return
+	}
+	for _, fl := range f.list {
+		given["slurm."+fl.name] = Pos{Line: fl.val.Line, Col: fl.val.Column}
 	}
 	for _, k := range []struct {
 		name string
@@ -574,15 +650,22 @@ func (p *parser) choice(n *yaml.Node, path, kind string, choices []string) (stri
 	return s, true
 }
 
-// nodeShape reads {cpu, memory, gpu, gpu_type}.
-func (p *parser) nodeShape(n *yaml.Node, path string) NodeShape {
+// nodeShape reads {cpu, memory, gpu, gpu_type}, recording the fields given
+// in given ("node.cpu", ...). fromCluster: a Slurm pool, whose partition
+// tells what the file leaves out.
+func (p *parser) nodeShape(n *yaml.Node, path string, fromCluster bool, given map[string]Pos) NodeShape {
 	var s NodeShape
 	f, ok := p.mapping(n, path, "a mapping like {cpu: 8, memory: 61GiB, gpu: 1, gpu_type: V100}", nodeFields)
 	if !ok {
 		return s
 	}
+	for _, fl := range f.list {
+		given["node."+fl.name] = Pos{Line: fl.val.Line, Col: fl.val.Column}
+	}
 	if c := f.get("cpu"); c == nil {
-		p.missing(f, join(path, "cpu"), "required; the cores of one node, e.g. cpu: 8")
+		if !fromCluster {
+			p.missing(f, join(path, "cpu"), "required; the cores of one node, e.g. cpu: 8")
+		}
 	} else if v, ok := p.number(c, join(path, "cpu")); ok {
 		if v > 0 && v <= maxPoolNodes {
 			s.CPU = v
@@ -606,7 +689,7 @@ func (p *parser) nodeShape(n *yaml.Node, path string) NodeShape {
 	if t := f.get("gpu_type"); t != nil {
 		if v, ok := p.str(t, join(path, "gpu_type")); ok {
 			s.GPUType = v
-			if gpuOK && s.GPU == 0 {
+			if gpuOK && s.GPU == 0 && (f.get("gpu") != nil || !fromCluster) {
 				p.at(t, join(path, "gpu_type"), "names the GPU type, but the node has no GPU; give the GPUs per node, e.g. gpu: 1")
 			}
 		}

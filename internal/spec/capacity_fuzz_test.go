@@ -25,10 +25,18 @@ func FuzzParseCapacity(f *testing.F) {
 				t.Fatalf("pool name %q invalid or repeated", p.Name)
 			}
 			names[p.Name] = true
-			if !(p.Node.CPU > 0) || p.Node.GPU < 0 || p.Node.MemoryMB < 0 || p.Node.GPUType != "" && p.Node.GPU == 0 {
+			// A Slurm pool leaves to its partition (internal/backend/slurm)
+			// what the file does not give.
+			_, cpuGiven := p.Given["node.cpu"]
+			_, nodesGiven := p.Given["nodes"]
+			fromCluster := p.Backend == BackendSlurm
+			if p.FromCluster() != (fromCluster && (!cpuGiven || !nodesGiven || p.Given["market"] == (Pos{}) || p.Market == Spot && p.Given["warning"] == (Pos{}))) {
+				t.Fatalf("pool %s: FromCluster %v with fields %v", p.Name, p.FromCluster(), p.Given)
+			}
+			if !(p.Node.CPU > 0 || fromCluster && !cpuGiven) || p.Node.GPU < 0 || p.Node.MemoryMB < 0 || p.Node.GPUType != "" && p.Node.GPU == 0 {
 				t.Fatalf("pool %s: bad node %+v", p.Name, p.Node)
 			}
-			if p.Nodes.Min < 0 || p.Nodes.Max < 1 || p.Nodes.Min > p.Nodes.Max {
+			if p.Nodes.Min < 0 || p.Nodes.Max < 1 && !(fromCluster && !nodesGiven) || p.Nodes.Min > p.Nodes.Max {
 				t.Fatalf("pool %s: bad nodes %+v", p.Name, p.Nodes)
 			}
 			if p.Market != Spot && p.Market != OnDemand {

@@ -70,6 +70,8 @@ func TestGoodCapacityFiles(t *testing.T) {
 				}),
 				with(spot(od("cpu-spot", 0.5)), func(p *Pool) {
 					p.Backend = BackendSlurm
+					p.Nodes = NodeCount{} // read from the partition
+					p.Billing = BillingSlurm
 					p.Preemption = Preemption{Kind: PreemptRate, RatePerHour: 2.0 / 24, Outage: Duration(10 * time.Minute)}
 					p.Warning = 0
 					p.Slurm = &SlurmPool{Partition: "spot", QoS: "low", Account: "ml"}
@@ -105,7 +107,7 @@ func TestGoodCapacityFiles(t *testing.T) {
 				t.Error("LoadCapacity returned no bytes")
 			}
 			got.File = filepath.Base(got.File)
-			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreTypes(Pos{}), cmpopts.EquateApprox(1e-12, 0)); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreTypes(Pos{}), cmpopts.IgnoreFields(Pool{}, "Given"), cmpopts.EquateApprox(1e-12, 0)); diff != "" {
 				t.Errorf("parsed capacity mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -184,5 +186,38 @@ func TestLoadCapacityMissing(t *testing.T) {
 	_, _, err := LoadCapacity(filepath.Join(t.TempDir(), "nope.yaml"))
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("error = %v, want one wrapping os.ErrNotExist", err)
+	}
+}
+
+// TestSlurmPoolFromPartition: a Slurm pool may name only its partition; the
+// parser leaves what the partition tells for internal/backend/slurm, bills
+// by the second without a minimum, and records what the file gives.
+func TestSlurmPoolFromPartition(t *testing.T) {
+	c, err := ParseCapacity("c.yaml", []byte(`pools:
+  - name: spot
+    backend: slurm
+  - name: od
+    backend: slurm
+    slurm: {partition: ondemand}
+    node: {memory: 2GiB}
+    nodes: 2
+    market: on-demand
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spot, od := &c.Pools[0], &c.Pools[1]
+	if spot.Node != (NodeShape{}) || spot.Nodes != (NodeCount{}) || spot.Market != OnDemand || spot.Warning != 0 ||
+		spot.Price != (Price{}) || spot.Billing != BillingSlurm || spot.Slurm.Partition != "spot" || !spot.FromCluster() {
+		t.Errorf("pool spot: %+v; want nothing but the partition, per-second billing without a minimum, FromCluster", spot)
+	}
+	if _, ok := spot.Gave("market"); ok {
+		t.Error("pool spot: market given")
+	}
+	if pos, ok := od.Gave("node.memory"); !ok || pos != (Pos{Line: 7, Col: 20}) {
+		t.Errorf("pool od: node.memory given at %+v, %v; want 7:20", pos, ok)
+	}
+	if _, ok := od.Gave("node.cpu"); ok || !od.FromCluster() || od.Node.MemoryMB != 2048 || od.Nodes != (NodeCount{Min: 2, Max: 2}) {
+		t.Errorf("pool od: %+v; want memory and nodes as given, the CPUs from the cluster", od)
 	}
 }

@@ -6,10 +6,11 @@ import (
 )
 
 // PoolFromSpec builds a backend pool from a capacity file's pool (backend
-// slurm): its partition, QoS and account (the partition defaults to the
-// pool's name), its node shape, its nodes (the maximum of a growing pool),
-// and, for a spot pool, preemptible with its warning (which should match the
-// partition's GraceTime). A node without memory leaves --mem out: Slurm's
+// slurm), resolved against the cluster (Resolve): its partition, QoS and
+// account (the partition defaults to the pool's name), its node shape, its
+// nodes (the maximum of a growing pool), preemptible when it is a spot pool
+// with its warning (the partition's GraceTime), and the partition's MaxTime
+// as its time limit. A node without memory leaves --mem out: Slurm's
 // default applies (on many sites the whole node's memory).
 func PoolFromSpec(p *spec.Pool) Pool {
 	out := Pool{
@@ -18,6 +19,7 @@ func PoolFromSpec(p *spec.Pool) Pool {
 		Node:        virga.Resources{CPU: p.Node.CPU, MemoryMB: p.Node.MemoryMB, GPU: p.Node.GPU},
 		Nodes:       max(p.Nodes.Max, p.Nodes.Min, 1),
 		Preemptible: p.Market == spec.Spot,
+		TimeLimit:   timeLimitOf(p),
 	}
 	if out.Preemptible {
 		out.Warning = p.Warning.D()
