@@ -90,6 +90,7 @@ if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
   fuzz FuzzParseScontrol 10 ./internal/backend/slurm
   fuzz FuzzExtractArchive 10 ./internal/checkpoint
   fuzz FuzzDecode 10 ./internal/agent
+  fuzz FuzzMetricScanner 10 ./internal/agent
   fuzz FuzzReadModel 10 ./elastic
   fuzz FuzzDecodeDeltas 10 ./elastic
   for f in FuzzCSV FuzzJSONLines FuzzLibSVM FuzzLibSVMWidth FuzzRanges; do
