@@ -60,6 +60,29 @@ func TestBillingMinimumPerNode(t *testing.T) {
 	}
 }
 
+func TestBillingPerTick(t *testing.T) {
+	// Billed per 10-minute tick: a spot node held to a reclaim at the start
+	// of the 4th tick is billed 3 ticks; an on-demand node that finishes 5
+	// minutes into its 4th tick is billed 4.
+	tick := 10 * time.Minute
+	cfg := JobConfig{Work: 30 * time.Minute, Deadline: 10 * time.Hour, Overhead: 5 * time.Minute, SpotPrice: 6, OnDemandPrice: 12, Billing: capacity.PerTick(tick)}
+	r, err := RunJob(schedule.Greedy{}, ups("1110"), tick, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.SpotTime != 3*tick || r.Preemptions != 1 {
+		t.Fatalf("greedy on 1110: %+v, want 3 spot ticks billed and a reclaim", r)
+	}
+	r, err = RunJob(schedule.OnDemandOnly{}, ups("0000"), tick, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 5m restart and 30m of work end 35m in: 4 ticks billed in full.
+	if r.OnDemandTime != 4*tick || math.Abs(r.Cost-12*4*tick.Hours()) > 1e-9 || r.Finish != 35*time.Minute {
+		t.Fatalf("on-demand: %+v, want 4 ticks billed, done at 35m", r)
+	}
+}
+
 // Every deadline policy must meet every deadline that on-demand alone can
 // meet with a decision interval to spare, on any availability pattern:
 // random ones, a pool that disappears for good, and one that flaps.
