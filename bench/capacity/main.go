@@ -47,13 +47,24 @@ func main() {
 	spot := flag.Float64("spot-price", 0.918, "spot price per node-hour (p3.2xlarge us-east-1)")
 	od := flag.Float64("on-demand-price", 3.06, "on-demand price per node-hour (p3.2xlarge)")
 	holdout := flag.Bool("holdout", false, "measure each pool's statistics on the first half of its trace and start jobs only in the second half")
+	billing := flag.String("billing", "second", "how nodes are billed: second (per second, one-minute minimum) or tick (every trace tick a node is held billed in full, as Can't Be Late's simulator does)")
+	startsFlag := flag.String("starts", "", "comma-separated start offsets into every trace (durations such as 0s,36h,100h, rounded up to a tick; counted from the middle with -holdout), instead of -offsets evenly spaced ones")
 	flag.Parse()
+
+	starts, err := parseStarts(*startsFlag)
+	if err != nil {
+		log.Fatalf("-starts: %v", err)
+	}
+	if *billing != "second" && *billing != "tick" {
+		log.Fatalf("-billing %q: want second or tick", *billing)
+	}
 
 	traces, err := load(*data, *holdout)
 	if err != nil {
 		log.Fatal(err)
 	}
-	policies := []schedule.Policy{schedule.OnDemandOnly{}, schedule.Greedy{}, schedule.UniformProgress{}, &schedule.Planned{}}
+	planned := &schedule.Planned{}
+	policies := []schedule.Policy{schedule.OnDemandOnly{}, schedule.Greedy{}, schedule.UniformProgress{}, schedule.UniformProgress{Plain: true}, planned}
 	works := []float64{12, 24, 48}
 	factors := []float64{1.25, 1.5, 2}
 
@@ -64,11 +75,23 @@ func main() {
 		offset int
 	}
 	var jobs []job
+	skipped := 0 // explicit starts too late in a trace for the job's window
 	for _, tr := range traces {
 		for _, w := range works {
 			for _, f := range factors {
 				window := int(math.Ceil(w * f * float64(time.Hour) / float64(tr.tick)))
 				if window >= len(tr.up)-tr.first {
+					continue
+				}
+				if starts != nil {
+					for _, d := range starts {
+						at := tr.first + int((d+tr.tick-1)/tr.tick)
+						if at+window < len(tr.up) {
+							jobs = append(jobs, job{tr, w, f, at})
+						} else {
+							skipped++
+						}
+					}
 					continue
 				}
 				for k := 0; k < *offsets; k++ {
@@ -91,6 +114,9 @@ func main() {
 					Work: time.Duration(jb.work * float64(time.Hour)), Deadline: time.Duration(jb.work * jb.factor * float64(time.Hour)),
 					Overhead: *overhead, Checkpoint: *ckpt, SpotPrice: *spot, OnDemandPrice: *od,
 					Billing: capacity.PerSecond, Pool: jb.tr.stats,
+				}
+				if *billing == "tick" {
+					cfg.Billing = capacity.PerTick(jb.tr.tick)
 				}
 				var base float64
 				for _, p := range policies {
@@ -119,8 +145,12 @@ func main() {
 		all = append(all, rs...)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d traces, %d jobs x %d policies in %s; overhead %s, checkpoint %s, spot $%.3f/h, on-demand $%.2f/h, holdout %v\n\n",
-		len(traces), len(jobs), len(policies), elapsed.Round(time.Millisecond), *overhead, *ckpt, *spot, *od, *holdout)
+	fmt.Fprintf(&b, "%d traces, %d jobs x %d policies in %s; overhead %s, checkpoint %s, spot $%.3f/h, on-demand $%.2f/h, billing per %s, holdout %v",
+		len(traces), len(jobs), len(policies), elapsed.Round(time.Millisecond), *overhead, *ckpt, *spot, *od, *billing, *holdout)
+	if starts != nil {
+		fmt.Fprintf(&b, ", starts %s (%d jobs past a trace's end left out)", *startsFlag, skipped)
+	}
+	fmt.Fprintf(&b, "\n\n")
 	fmt.Fprintf(&b, "Mean cost relative to on-demand only (fraction of deadlines met)\n\n")
 	fmt.Fprintf(&b, "| job | deadline |")
 	for _, p := range policies {
@@ -148,7 +178,7 @@ func main() {
 				}
 				mean := sum / float64(n)
 				fmt.Fprintf(&b, " %.3f (%.1f%%) |", mean, 100*float64(met)/float64(n))
-				if p.Name() == "planned" {
+				if p == schedule.Policy(planned) {
 					virga = mean
 				} else {
 					best = min(best, mean)
@@ -164,6 +194,26 @@ func main() {
 	if err := benchio.Write(*out, all, b.String()); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// parseStarts reads a comma-separated list of non-negative durations (nil
+// for an empty list).
+func parseStarts(list string) ([]time.Duration, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	var out []time.Duration
+	for _, f := range strings.Split(list, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q: want a duration such as 36h: %w", f, err)
+		}
+		if d < 0 {
+			return nil, fmt.Errorf("%q: want a non-negative offset", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 type loaded struct {

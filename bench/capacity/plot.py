@@ -13,8 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-POLICIES = ["on-demand", "greedy", "uniform-progress", "planned"]
-LABELS = {"planned": "Virga (planned)", "uniform-progress": "Uniform Progress"}
+POLICIES = ["on-demand", "greedy", "uniform-progress", "uniform-progress-plain", "planned"]
+LABELS = {"planned": "Virga (planned)", "uniform-progress": "Uniform Progress", "uniform-progress-plain": "Uniform Progress (plain)"}
 
 
 def main(src, dst):

@@ -27,6 +27,12 @@ var (
 	PerHour   = Billing{Increment: time.Hour, Minimum: time.Hour}
 )
 
+// PerTick bills a run in whole decision ticks, the last one in full, as
+// Can't Be Late's simulator bills every tick a node is held: for runs that
+// start on a tick boundary (as the simulator's do), each tick the node is
+// held, even in part, is billed whole.
+func PerTick(tick time.Duration) Billing { return Billing{Increment: tick, Minimum: tick} }
+
 // Billed returns the time billed for a run of length run (zero for none).
 func (b Billing) Billed(run time.Duration) time.Duration {
 	if run <= 0 {

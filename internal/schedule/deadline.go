@@ -162,32 +162,56 @@ func (Greedy) Decide(j *Job) Instance {
 	return None
 }
 
-// UniformProgress is Can't Be Late's policy: the job should make progress at
-// least along the line from no work at submission to all of it at the
-// deadline. Spot capacity is used whenever there is some; when there is
-// none, on-demand is used while the job is behind the line; once on
-// on-demand, it stays there until it is ahead of the line by twice the
-// restart overhead (hysteresis, so that it does not flap), and the safety
-// net applies as for Greedy.
-type UniformProgress struct{}
+// UniformProgress is Can't Be Late's policy (Wu et al., NSDI 2024, §4): the
+// job should make progress at least along the line from no work at
+// submission to all of it at the deadline, ep(t) = t·Work/Deadline. Spot
+// capacity is used whenever there is some (and kept until it is reclaimed);
+// with none, the job waits while it is on or ahead of the line, and starts
+// on on-demand once behind it. On on-demand it stays while spot capacity is
+// unavailable, whatever its progress (stopping would only pay another
+// restart when it falls behind again); when spot capacity is back it moves
+// there only once ahead of where the line will be two restart overheads of
+// time later, Done > ep(Elapsed + 2·Overhead) (the hysteresis that keeps it
+// from flapping). With Plain, there is no hysteresis: it moves to spot as
+// soon as spot capacity is back. The safety net applies as for Greedy.
+type UniformProgress struct {
+	// Plain leaves on-demand for spot capacity as soon as there is some
+	// (the paper's variant without the hysteresis).
+	Plain bool
+}
 
 // Name implements Policy.
-func (UniformProgress) Name() string { return "uniform-progress" }
+func (u UniformProgress) Name() string {
+	if u.Plain {
+		return "uniform-progress-plain"
+	}
+	return "uniform-progress"
+}
+
+// line is the work the job should have done at elapsed time t on the
+// uniform progress line: t·Work/Deadline.
+func line(j *Job, t time.Duration) time.Duration {
+	return time.Duration(float64(j.Work) * float64(t) / float64(j.Deadline))
+}
 
 // Decide implements Policy.
-func (UniformProgress) Decide(j *Job) Instance {
+func (u UniformProgress) Decide(j *Job) Instance {
 	if mustOnDemand(j) {
 		return OnDemand
 	}
-	expected := time.Duration(float64(j.Work) * float64(j.Elapsed) / float64(j.Deadline))
-	behind := j.Done < expected
-	if j.Running == OnDemand && j.Done < expected+2*j.Overhead {
-		return OnDemand
+	if j.Running == OnDemand {
+		if !j.SpotUp {
+			return OnDemand
+		}
+		if !u.Plain && j.Done <= line(j, j.Elapsed+2*j.Overhead) {
+			return OnDemand
+		}
+		return Spot
 	}
 	switch {
 	case j.SpotUp:
 		return Spot
-	case behind:
+	case j.Done < line(j, j.Elapsed):
 		return OnDemand
 	}
 	return None

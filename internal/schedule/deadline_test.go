@@ -18,14 +18,14 @@ func TestSafetyNet(t *testing.T) {
 	// 10h of work left, 10h20m to the deadline: one more idle tick and a
 	// restart would leave 10h10m < 10h12m.
 	j := job(9*time.Hour+40*time.Minute, 0, None, false)
-	for _, p := range []Policy{Greedy{}, UniformProgress{}, &Planned{}} {
+	for _, p := range []Policy{Greedy{}, UniformProgress{}, UniformProgress{Plain: true}, &Planned{}} {
 		if got := p.Decide(j); got != OnDemand {
 			t.Errorf("%s: %s, want on-demand at the safety net", p.Name(), got)
 		}
 	}
 	// With spot up it is too late for spot as well.
 	j.SpotUp = true
-	for _, p := range []Policy{Greedy{}, UniformProgress{}, &Planned{}} {
+	for _, p := range []Policy{Greedy{}, UniformProgress{}, UniformProgress{Plain: true}, &Planned{}} {
 		if got := p.Decide(j); got != OnDemand {
 			t.Errorf("%s: %s, want on-demand at the safety net with spot up", p.Name(), got)
 		}
@@ -54,11 +54,61 @@ func TestUniformProgress(t *testing.T) {
 	if got := u.Decide(job(10*time.Hour, 6*time.Hour, None, false)); got != None {
 		t.Errorf("ahead of the line, spot down: %s", got)
 	}
+	if got := u.Decide(job(10*time.Hour, 4*time.Hour, None, true)); got != Spot {
+		t.Errorf("behind the line, spot up: %s, want spot", got)
+	}
 	if got := u.Decide(job(10*time.Hour, 5*time.Hour+10*time.Minute, OnDemand, true)); got != OnDemand {
-		t.Errorf("on on-demand, ahead by less than 2 overheads: %s", got)
+		t.Errorf("on on-demand, ahead by less than 2 overheads of time: %s", got)
 	}
 	if got := u.Decide(job(10*time.Hour, 6*time.Hour, OnDemand, true)); got != Spot {
 		t.Errorf("on on-demand, well ahead, spot up: %s", got)
+	}
+}
+
+// Can't Be Late keeps on-demand while spot capacity is unavailable, however
+// far ahead of the line the job is: stopping would only pay another restart
+// once it falls behind again.
+func TestUniformProgressKeepsOnDemandInAnOutage(t *testing.T) {
+	for _, u := range []UniformProgress{{}, {Plain: true}} {
+		if got := u.Decide(job(10*time.Hour, 8*time.Hour, OnDemand, false)); got != OnDemand {
+			t.Errorf("%s: on on-demand, far ahead, spot down: %s, want to stay", u.Name(), got)
+		}
+	}
+}
+
+// The hysteresis compares progress with the line two restart overheads of
+// time ahead, Done > (t+2d)·Work/Deadline, not with the line plus two
+// restart overheads of work.
+func TestUniformProgressHysteresisInTime(t *testing.T) {
+	u := UniformProgress{}
+	// Work/Deadline is 1/2 and d is 12m: at 10h the threshold is the line at
+	// 10h24m, 5h12m of work (not 5h24m).
+	if got := u.Decide(job(10*time.Hour, 5*time.Hour+15*time.Minute, OnDemand, true)); got != Spot {
+		t.Errorf("on on-demand, done 5h15m > 5h12m, spot up: %s, want spot", got)
+	}
+	if got := u.Decide(job(10*time.Hour, 5*time.Hour+12*time.Minute, OnDemand, true)); got != OnDemand {
+		t.Errorf("on on-demand, done 5h12m, not above the threshold: %s, want on-demand", got)
+	}
+}
+
+// Without the hysteresis, the job leaves on-demand as soon as spot capacity
+// is back, behind the line or not.
+func TestUniformProgressPlain(t *testing.T) {
+	u := UniformProgress{Plain: true}
+	if u.Name() == (UniformProgress{}).Name() {
+		t.Fatalf("plain and hysteresis variants share the name %q", u.Name())
+	}
+	if got := u.Decide(job(10*time.Hour, 4*time.Hour, OnDemand, true)); got != Spot {
+		t.Errorf("plain, on on-demand behind the line, spot up: %s, want spot", got)
+	}
+	if got := (UniformProgress{}).Decide(job(10*time.Hour, 4*time.Hour, OnDemand, true)); got != OnDemand {
+		t.Errorf("hysteresis, on on-demand behind the line, spot up: %s, want on-demand", got)
+	}
+	if got := u.Decide(job(10*time.Hour, 4*time.Hour, None, false)); got != OnDemand {
+		t.Errorf("plain, behind the line, spot down: %s, want on-demand", got)
+	}
+	if got := u.Decide(job(10*time.Hour, 6*time.Hour, None, false)); got != None {
+		t.Errorf("plain, ahead of the line, spot down: %s, want to wait", got)
 	}
 }
 

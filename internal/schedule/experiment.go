@@ -352,45 +352,57 @@ func (ExpGreedy) Place(e *Experiment, moves []Move) []Move {
 	return moves
 }
 
-// ExpUniformProgress is Can't Be Late's Uniform Progress applied to the
-// experiment's work: the experiment should make progress at least along
-// the line from none at submission to all of it (Done + Left) at the
-// deadline. Trials run on spot capacity whenever some has room; when none
-// has, waiting trials start on on-demand capacity while the experiment is
-// behind the line; trials on on-demand capacity stay there until the
-// experiment is ahead of the line by two restart overheads per lane, then,
-// at their next checkpoint, move to spot capacity if there is room or wait.
-// The safety net applies as for ExpGreedy.
-type ExpUniformProgress struct{}
+// ExpUniformProgress is Can't Be Late's Uniform Progress (Wu et al., NSDI
+// 2024, §4) applied to the experiment's work J = Done + Left: the experiment
+// should make progress at least along the line from none at submission to
+// all of it at the deadline D, ep(t) = t·J/D. Trials run on spot capacity
+// whenever some has room; when none has, waiting trials start on on-demand
+// capacity while the experiment is behind the line. A trial on on-demand
+// capacity stays there while no spot pool has room for it, whatever the
+// progress; with room on spot, it moves there (at its next checkpoint) once
+// the experiment is ahead of where the line will be two restart overheads
+// of time later, Done > ep(Elapsed + 2·overhead) (the hysteresis). With
+// Plain, there is no hysteresis: it moves as soon as spot capacity has
+// room. The safety net applies as for ExpGreedy.
+type ExpUniformProgress struct {
+	// Plain leaves on-demand capacity for spot as soon as spot has room
+	// (the paper's variant without the hysteresis).
+	Plain bool
+}
 
 // Name implements ExperimentPolicy.
-func (ExpUniformProgress) Name() string { return "uniform-progress" }
+func (u ExpUniformProgress) Name() string {
+	if u.Plain {
+		return "uniform-progress-plain"
+	}
+	return "uniform-progress"
+}
 
 // Place implements ExperimentPolicy.
-func (ExpUniformProgress) Place(e *Experiment, moves []Move) []Move {
+func (u ExpUniformProgress) Place(e *Experiment, moves []Move) []Move {
 	pl := newPlacer(e)
 	if e.MustOnDemand() {
 		return allOnDemand(e, pl, moves)
 	}
-	var expected time.Duration
-	if e.Deadline > 0 {
-		expected = time.Duration(float64(e.Done+e.Left) * min(float64(e.Elapsed)/float64(e.Deadline), 1))
+	// line is the work done at elapsed time t on the uniform progress line.
+	line := func(t time.Duration) time.Duration {
+		if e.Deadline <= 0 {
+			return 0
+		}
+		return time.Duration(float64(e.Done+e.Left) * min(float64(t)/float64(e.Deadline), 1))
 	}
-	behind := e.Done < expected
-	hold := e.Done < expected+2*e.overhead()*time.Duration(e.onDemandLanes())
+	behind := e.Done < line(e.Elapsed)
+	leave := u.Plain || e.Done > line(e.Elapsed+2*e.overhead())
 	for i := range e.Trials {
 		t := &e.Trials[i]
 		switch {
 		case e.onDemandRunning(t):
-			if hold || !t.AtCheckpoint() {
+			if !leave || !t.AtCheckpoint() {
 				continue
 			}
 			if q := pl.take(true); q >= 0 {
 				pl.release(t)
 				moves = append(moves, Move{t.ID, q})
-			} else {
-				pl.release(t)
-				moves = append(moves, Move{t.ID, -1})
 			}
 		case t.Waiting():
 			if q := pl.take(true); q >= 0 {

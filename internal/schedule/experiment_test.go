@@ -229,6 +229,45 @@ func TestLeavingOnDemandWaitsForACheckpoint(t *testing.T) {
 	}
 }
 
+// Uniform Progress keeps trials on on-demand capacity while no spot pool has
+// room, however far ahead of the line the experiment is.
+func TestExpUniformProgressKeepsOnDemandInAnOutage(t *testing.T) {
+	e := exp(time.Hour, 100*time.Hour, Trial{ID: 1, Pool: 2}, Trial{ID: 2, Pool: 2})
+	e.Done = 50 * time.Hour
+	e.Pools[0].Up, e.Pools[1].Up = false, false
+	for _, u := range []ExpUniformProgress{{}, {Plain: true}} {
+		if got := place(u, e); len(got) != 0 {
+			t.Errorf("%s: moves %v, want the trials kept on on-demand capacity", u.Name(), got)
+		}
+	}
+}
+
+// The hysteresis is two restart overheads of time on the line, not two
+// restart overheads of work per lane.
+func TestExpUniformProgressHysteresisInTime(t *testing.T) {
+	// J = 20h of work due at 10h: the line rises 2h of work an hour. At 5h
+	// with d = 3m the threshold is the line at 5h06m, 10h12m of work (and
+	// 2 x 3m x 4 lanes = 24m of work above the line before).
+	e := exp(5*time.Hour, 10*time.Hour, Trial{ID: 1, Pool: 2})
+	e.Chain = 0 // far from the safety net
+	e.Done = 10*time.Hour + 15*time.Minute
+	e.Left = 20*time.Hour - e.Done
+	if diff := cmp.Diff([]Move{{1, 1}}, place(ExpUniformProgress{}, e)); diff != "" {
+		t.Errorf("done 10h15m > 10h12m, spot up (-want +got):\n%s", diff)
+	}
+	e.Done = 10*time.Hour + 12*time.Minute
+	e.Left = 20*time.Hour - e.Done
+	if got := place(ExpUniformProgress{}, e); len(got) != 0 {
+		t.Errorf("done 10h12m, not above the threshold: moves %v, want none", got)
+	}
+	// Without the hysteresis it moves even behind the line.
+	e.Done = 9 * time.Hour
+	e.Left = 20*time.Hour - e.Done
+	if diff := cmp.Diff([]Move{{1, 1}}, place(ExpUniformProgress{Plain: true}, e)); diff != "" {
+		t.Errorf("plain, behind the line, spot up (-want +got):\n%s", diff)
+	}
+}
+
 func TestShape(t *testing.T) {
 	asha := &spec.Experiment{MaxTrials: 100, Searcher: spec.Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
 		Settings: map[string]any{"max_resource": int64(27), "mode": "promote"}}}

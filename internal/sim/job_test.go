@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,29 @@ func TestBillingMinimumPerNode(t *testing.T) {
 	}
 	if r.OnDemandTime != 2*time.Hour || r.Cost != 4 {
 		t.Fatalf("got %+v, want 2h billed for $4", r)
+	}
+}
+
+func TestBillingPerTick(t *testing.T) {
+	// Billed per 10-minute tick: a spot node held to a reclaim at the start
+	// of the 4th tick is billed 3 ticks; an on-demand node that finishes 5
+	// minutes into its 4th tick is billed 4.
+	tick := 10 * time.Minute
+	cfg := JobConfig{Work: 30 * time.Minute, Deadline: 10 * time.Hour, Overhead: 5 * time.Minute, SpotPrice: 6, OnDemandPrice: 12, Billing: capacity.PerTick(tick)}
+	r, err := RunJob(schedule.Greedy{}, ups("1110"), tick, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.SpotTime != 3*tick || r.Preemptions != 1 {
+		t.Fatalf("greedy on 1110: %+v, want 3 spot ticks billed and a reclaim", r)
+	}
+	r, err = RunJob(schedule.OnDemandOnly{}, ups("0000"), tick, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 5m restart and 30m of work end 35m in: 4 ticks billed in full.
+	if r.OnDemandTime != 4*tick || math.Abs(r.Cost-12*4*tick.Hours()) > 1e-9 || r.Finish != 35*time.Minute {
+		t.Fatalf("on-demand: %+v, want 4 ticks billed, done at 35m", r)
 	}
 }
 
@@ -136,5 +160,70 @@ func TestStatsOf(t *testing.T) {
 	s := StatsOf(ups("1100011110"), time.Minute)
 	if s.Available != 0.6 || s.MeanUp != 3*time.Minute || s.MeanDown != 2*time.Minute {
 		t.Fatalf("got %+v", s)
+	}
+}
+
+// recorder records the decisions of the policy it wraps.
+type recorder struct {
+	schedule.Policy
+	got []schedule.Instance
+}
+
+func (r *recorder) Decide(j *schedule.Job) schedule.Instance {
+	d := r.Policy.Decide(j)
+	r.got = append(r.got, d)
+	return d
+}
+
+func decisions(t *testing.T, p schedule.Policy, trace string, cfg JobConfig) (JobResult, string) {
+	t.Helper()
+	rec := &recorder{Policy: p}
+	r, err := RunJob(rec, ups(trace), time.Hour, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, d := range rec.got {
+		b.WriteByte(map[schedule.Instance]byte{schedule.None: '-', schedule.Spot: 'S', schedule.OnDemand: 'D'}[d])
+	}
+	return r, b.String()
+}
+
+// Uniform Progress on hand-made traces (ticks of 1h, 4h of work due in 8h,
+// so the line rises by 30m of work an hour).
+func TestUniformProgressPublished(t *testing.T) {
+	cfg := JobConfig{Work: 4 * time.Hour, Deadline: 8 * time.Hour, Overhead: 30 * time.Minute, SpotPrice: 1, OnDemandPrice: 3, Billing: capacity.PerSecond}
+
+	// No spot capacity at all: behind the line at 1h, the job starts on
+	// on-demand and keeps it to the end, ahead of the line or not (at 5h it
+	// is 1h ahead, more than 2d of work: dropping to idle then would pay a
+	// second restart when it falls behind again).
+	for _, p := range []schedule.Policy{schedule.UniformProgress{}, schedule.UniformProgress{Plain: true}} {
+		r, got := decisions(t, p, "0000000000", cfg)
+		if got != "-DDDDD" || r.Starts != 1 || r.Finish != 5*time.Hour+30*time.Minute || r.Cost != 3*4.5 {
+			t.Errorf("%s in an outage: decisions %q, %+v; want -DDDDD, one start, done at 5h30m for $13.50", p.Name(), got, r)
+		}
+	}
+
+	// Spot capacity back at 2h while the job is on on-demand and behind the
+	// line: the plain variant moves to spot; with the hysteresis the job
+	// stays on on-demand until it is ahead of the line two restart overheads
+	// of time later: at 5h (3h30m done, the line at 6h is at 3h).
+	r, got := decisions(t, schedule.UniformProgress{Plain: true}, "0011111111", cfg)
+	if got != "-DSSSS" || r.Starts != 2 || r.Finish != 6*time.Hour || r.Cost != 3+4 {
+		t.Errorf("plain, spot back at 2h: decisions %q, %+v; want -DSSSS, done at 6h for $7", got, r)
+	}
+	_, got = decisions(t, schedule.UniformProgress{}, "0011111111", cfg)
+	if got != "-DDDDS" {
+		t.Errorf("hysteresis, spot back at 2h: decisions %q, want -DDDDS", got)
+	}
+
+	// The hysteresis threshold is in time: with d = 40m, at 5h the job has
+	// done 3h20m, above the line at 5h+2d (3h10m) but below the line at 5h
+	// plus 2d of work (3h50m): it moves to spot when spot capacity is back.
+	cfg.Overhead = 40 * time.Minute
+	_, got = decisions(t, schedule.UniformProgress{}, "0000011111", cfg)
+	if got != "-DDDDSS" {
+		t.Errorf("hysteresis in time, spot back at 5h: decisions %q, want -DDDDSS", got)
 	}
 }

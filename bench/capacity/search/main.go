@@ -107,7 +107,7 @@ func main() {
 	onDemand := &capacity.Pool{Name: "on-demand", Node: node, MaxNodes: *nodes, Market: spec.OnDemand,
 		Billing: capacity.PerSecond, RestartOverhead: *overhead, PriceSeries: capacity.Constant(*od), OnDemandSeries: capacity.Constant(*od)}
 	policies := func() []schedule.ExperimentPolicy {
-		all := []schedule.ExperimentPolicy{schedule.ExpOnDemandOnly{}, schedule.ExpGreedy{}, schedule.ExpUniformProgress{}, &schedule.ExpPlanned{}}
+		all := []schedule.ExperimentPolicy{schedule.ExpOnDemandOnly{}, schedule.ExpGreedy{}, schedule.ExpUniformProgress{}, schedule.ExpUniformProgress{Plain: true}, &schedule.ExpPlanned{}}
 		if *policyList == "" {
 			return all
 		}
