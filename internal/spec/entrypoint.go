@@ -207,7 +207,8 @@ func rungTrials(s Searcher) int {
 	if s.Stopper != "asha" && s.Stopper != "hyperband" {
 		return 0
 	}
-	lo, hi, eta := s.Int("min_resource", 1), s.Int("max_resource", 0), s.Int("reduction_factor", 3)
+	hi, eta := s.Int("max_resource", 0), s.Int("reduction_factor", 3)
+	lo := s.Int("min_resource", DefaultMinResource(hi, eta))
 	if hi <= 0 || lo < 1 || eta < 2 {
 		return 0
 	}

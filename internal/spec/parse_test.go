@@ -396,7 +396,9 @@ func TestSearcherForms(t *testing.T) {
 		{"{name: asha, sampler: tpe, reduction_factor: 4}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
 			Settings: map[string]any{"reduction_factor": int64(4)}}, 20},
 		{"{sampler: tpe, stopper: asha, mode: promote, max_resource: 27, startup_trials: 5}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
-			Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "startup_trials": int64(5)}}, 54}, // 2 x 3^3 rungs
+			Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "startup_trials": int64(5)}}, 20}, // tpe's 20 > 2 x 3^2 rungs (at 3 and 9, the default grace period)
+		{"{sampler: tpe, stopper: asha, mode: promote, max_resource: 27, min_resource: 1}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
+			Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "min_resource": int64(1)}}, 54}, // 2 x 3^3 rungs
 		{"{stopper: curve, max_resource: 30, threshold: 0.05}", Searcher{Name: "random+curve", Sampler: "random", Stopper: "curve",
 			Settings: map[string]any{"max_resource": int64(30), "threshold": 0.05}}, 10},
 		{"{name: tpe, stopper: median}", Searcher{Name: "tpe+median", Sampler: "tpe", Stopper: "median"}, 20},
@@ -457,6 +459,17 @@ func TestDeadlineAndBudget(t *testing.T) {
 		}
 		if got := e.Deadline.Time(sub); !got.Equal(want) {
 			t.Errorf("%s: deadline time %s, want %s", src, got, want)
+		}
+	}
+}
+
+func TestDefaultMinResource(t *testing.T) {
+	for _, tt := range []struct{ max, eta, want int64 }{
+		{27, 3, 3}, {81, 3, 9}, {100, 3, 11}, {10, 3, 2}, {9, 3, 2}, {3, 3, 2}, {2, 3, 1}, {1, 3, 1},
+		{64, 4, 4}, {0, 3, 3}, {0, 4, 4},
+	} {
+		if got := DefaultMinResource(tt.max, tt.eta); got != tt.want {
+			t.Errorf("DefaultMinResource(%d, %d) = %d, want %d", tt.max, tt.eta, got, tt.want)
 		}
 	}
 }

@@ -188,6 +188,27 @@ var searcherDefs = map[string]searcherDef{
 		defaults: map[string]int64{"interval": 4}},
 }
 
+// DefaultMinResource is the first rung of asha and hyperband when the file
+// sets no min_resource (a grace period, as Ray Tune calls it): two halvings
+// below max_resource, max_resource/reduction_factor^2 rounded down, so that
+// a trial is first judged after a ninth of its training with the default
+// factor 3; at least 2 when max_resource is above 2, as a trainer's first
+// report (an untrained network, or one epoch of warm-up) says little of how
+// it will end; 1 when max_resource is 1 or 2. Without max_resource (stop mode
+// only) it is reduction_factor: rungs at eta, eta^2, ...
+func DefaultMinResource(maxResource, eta int64) int64 {
+	if eta < 2 {
+		return 1
+	}
+	if maxResource <= 0 {
+		return eta
+	}
+	if maxResource <= 2 {
+		return 1
+	}
+	return max(2, maxResource/(eta*eta))
+}
+
 // DefaultSearcher is the searcher used when the file has no searcher field.
 const DefaultSearcher = "single"
 
