@@ -146,7 +146,7 @@ func (p *parser) placeholders(n *yaml.Node, path, s string, declared []string) {
 // MaxTrials. maxTrials is the file's value (0 when absent or invalid).
 func (p *parser) searchSpace(e *Experiment, searcherNode, maxTrialsNode *yaml.Node, maxTrials int) {
 	key := e.Searcher.Sampler
-	if key == "" {
+	if key == "" || searcherDefs[e.Searcher.Name].role == roleAuto {
 		key = e.Searcher.Name
 	}
 	def := searcherDefs[key]

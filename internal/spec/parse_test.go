@@ -473,3 +473,41 @@ func TestDefaultMinResource(t *testing.T) {
 		}
 	}
 }
+
+// TestSearcherAuto: searcher auto stands for the combination AutoSearcher
+// names, with or without max_resource, and takes no sampler or stopper.
+func TestSearcherAuto(t *testing.T) {
+	const head = "name: x\nobjective: loss\nhyperparameters: {lr: {type: float, min: 0.001, max: 0.1, log: true}}\n"
+	for _, tt := range []struct {
+		searcher string
+		want     Searcher
+	}{
+		{"auto", Searcher{Name: "auto", Sampler: "tpe", Stopper: "median"}},
+		{"{name: auto}", Searcher{Name: "auto", Sampler: "tpe", Stopper: "median"}},
+		{"{name: auto, max_resource: 27}", Searcher{Name: "auto", Sampler: "tpe", Stopper: "curve",
+			Settings: map[string]any{"max_resource": int64(27), "min_trials": int64(1), "threshold": 0.2}}},
+	} {
+		e, err := Parse("s.yaml", []byte(head+"searcher: "+tt.searcher+"\n"))
+		if err != nil {
+			t.Errorf("searcher: %s: %v", tt.searcher, err)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, e.Searcher); diff != "" {
+			t.Errorf("searcher: %s (-want +got):\n%s", tt.searcher, diff)
+		}
+		if e.MaxTrials != 20 {
+			t.Errorf("searcher: %s: max_trials %d, want 20", tt.searcher, e.MaxTrials)
+		}
+	}
+	for searcher, want := range map[string]string{
+		"{name: auto, stopper: asha}":     "searcher auto chooses and stops its trials itself",
+		"{name: auto, max_resource: 0}":   "searcher.max_resource: must be >= 1",
+		"{name: auto, threshold: 0.1}":    `unknown setting "threshold" for searcher auto (allowed: max_resource)`,
+		"{name: auto, max_resource: two}": "searcher.max_resource: expected an integer",
+	} {
+		_, err := Parse("s.yaml", []byte(head+"searcher: "+searcher+"\n"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("searcher: %s: error %v, want one containing %q", searcher, err, want)
+		}
+	}
+}

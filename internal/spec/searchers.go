@@ -105,6 +105,7 @@ const (
 	roleSampler searcherRole = iota // chooses hyperparameters
 	roleStopper                     // ends or pauses trials early; needs a sampler
 	roleWhole                       // does both (pbt)
+	roleAuto                        // chooses a sampler and a stopper (auto)
 )
 
 // searcherDef is what the parser knows about one searcher. The parser checks
@@ -177,6 +178,9 @@ var searcherDefs = map[string]searcherDef{
 		"min_trials":   intAtLeast(1, "finished trials before any trial is stopped"),
 	}, required: []string{"max_resource"}, below: [][2]string{{"min_steps", "max_resource"}},
 		defaults: map[string]int64{"min_steps": 5}},
+	"auto": {role: roleAuto, defaultTrials: 20, settings: map[string]setting{
+		"max_resource": maxResource,
+	}},
 	"pbt": {role: roleWhole, defaultTrials: 40, settings: map[string]setting{
 		"population":           intAtLeast(2, "trials trained at once"),
 		"interval":             intAtLeast(1, "steps between exploit and explore"),
@@ -207,6 +211,22 @@ func DefaultMinResource(maxResource, eta int64) int64 {
 		return 1
 	}
 	return max(2, maxResource/(eta*eta))
+}
+
+// AutoSearcher is the searcher `searcher: auto` stands for, given its
+// max_resource (0 when not set): the combination that was at or below
+// Optuna 3.1's best configuration on the tabular benchmarks of
+// bench/search (bench/search/README.md). With max_resource, tpe with the
+// learning-curve stopper judging from the first completed trial, stopping
+// a trial whose probability of beating the best is under 0.2; without it,
+// tpe with the median rule and its default warm-up. Its name stays auto.
+func AutoSearcher(maxResource int64) Searcher {
+	if maxResource <= 0 {
+		return Searcher{Name: "auto", Sampler: "tpe", Stopper: "median"}
+	}
+	return Searcher{Name: "auto", Sampler: "tpe", Stopper: "curve", Settings: map[string]any{
+		"max_resource": maxResource, "min_trials": int64(1), "threshold": 0.2,
+	}}
 }
 
 // DefaultSearcher is the searcher used when the file has no searcher field.
