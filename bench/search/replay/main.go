@@ -26,8 +26,10 @@ import (
 
 // methods are the searchers compared, by the name results carry. ASHA and
 // Hyperband use reduction_factor 3 and min_resource 1 (the "-r9" variants
-// min_resource epochs/9), as an experiment file would set them; the rest
-// are defaults.
+// min_resource epochs/9, which is the default min_resource for these
+// tables), as an experiment file would set them; tpe+median-w0 sets
+// warmup_steps 0 (Optuna's default); auto is `searcher: {name: auto,
+// max_resource: EPOCHS}`; the rest are defaults.
 func methods(epochs int64) map[string]spec.Searcher {
 	rungs := func(sampler, stopper, mode string) spec.Searcher {
 		s := spec.Searcher{Name: sampler + "+" + stopper, Sampler: sampler, Stopper: stopper,
@@ -47,6 +49,8 @@ func methods(epochs int64) map[string]spec.Searcher {
 		"virga random+hyperband":  rungs("random", "hyperband", "stop"),
 		"virga tpe+hyperband":     rungs("tpe", "hyperband", "stop"),
 		"virga tpe+median":        {Name: "tpe+median", Sampler: "tpe", Stopper: "median"},
+		"virga tpe+median-w0":     {Name: "tpe+median", Sampler: "tpe", Stopper: "median", Settings: map[string]any{"warmup_steps": int64(0)}},
+		"virga auto":              spec.AutoSearcher(epochs),
 		"virga random+curve":      {Name: "random+curve", Sampler: "random", Stopper: "curve", Settings: map[string]any{"max_resource": epochs}},
 		"virga tpe+curve":         {Name: "tpe+curve", Sampler: "tpe", Stopper: "curve", Settings: map[string]any{"max_resource": epochs}},
 	}
