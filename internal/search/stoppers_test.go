@@ -1,6 +1,7 @@
 package search
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/virga-ml/virga/internal/spec"
@@ -191,6 +192,27 @@ func TestMedianDefaultWarmup(t *testing.T) {
 		got := feed(t, s, 2, worse...)
 		if len(got) != tt.steps || got[len(got)-1] != Stop {
 			t.Errorf("%v: worse trial's decisions %v, want it stopped at step %d", tt.settings, got, tt.steps)
+		}
+	}
+}
+
+// TestAutoBuiltInCode: an experiment built in code with searcher auto, not
+// resolved by the parser, gets the searcher the parser would give it.
+func TestAutoBuiltInCode(t *testing.T) {
+	for _, tt := range []struct {
+		settings map[string]any
+		stopper  any
+	}{
+		{nil, &median{}},
+		{map[string]any{"max_resource": int64(27)}, &curveStopper{}},
+	} {
+		s, err := New(oneFloat(spec.Searcher{Name: "auto", Settings: tt.settings}, 10), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, ok := s.(*adaptive)
+		if !ok || fmt.Sprintf("%T", a.stop) != fmt.Sprintf("%T", tt.stopper) {
+			t.Errorf("auto with %v: %T, want an adaptive searcher with a %T", tt.settings, s, tt.stopper)
 		}
 	}
 }
