@@ -203,8 +203,8 @@ func TestAutoBuiltInCode(t *testing.T) {
 		settings map[string]any
 		stopper  any
 	}{
-		{nil, &median{}},
-		{map[string]any{"max_resource": int64(27)}, &curveStopper{}},
+		{nil, &rungs{}},
+		{map[string]any{"max_resource": int64(27)}, &rungs{}},
 	} {
 		s, err := New(oneFloat(spec.Searcher{Name: "auto", Settings: tt.settings}, 10), 1)
 		if err != nil {

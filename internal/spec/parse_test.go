@@ -482,10 +482,10 @@ func TestSearcherAuto(t *testing.T) {
 		searcher string
 		want     Searcher
 	}{
-		{"auto", Searcher{Name: "auto", Sampler: "tpe", Stopper: "median"}},
-		{"{name: auto}", Searcher{Name: "auto", Sampler: "tpe", Stopper: "median"}},
-		{"{name: auto, max_resource: 27}", Searcher{Name: "auto", Sampler: "tpe", Stopper: "curve",
-			Settings: map[string]any{"max_resource": int64(27), "min_trials": int64(1), "threshold": 0.2}}},
+		{"auto", Searcher{Name: "auto", Sampler: "random", Stopper: "asha"}},
+		{"{name: auto}", Searcher{Name: "auto", Sampler: "random", Stopper: "asha"}},
+		{"{name: auto, max_resource: 27}", Searcher{Name: "auto", Sampler: "random", Stopper: "asha",
+			Settings: map[string]any{"max_resource": int64(27)}}},
 	} {
 		e, err := Parse("s.yaml", []byte(head+"searcher: "+tt.searcher+"\n"))
 		if err != nil {
