@@ -485,7 +485,7 @@ func TestSearcherAuto(t *testing.T) {
 		{"auto", Searcher{Name: "auto", Sampler: "random", Stopper: "asha"}},
 		{"{name: auto}", Searcher{Name: "auto", Sampler: "random", Stopper: "asha"}},
 		{"{name: auto, max_resource: 27}", Searcher{Name: "auto", Sampler: "random", Stopper: "asha",
-			Settings: map[string]any{"max_resource": int64(27)}}},
+			Settings: map[string]any{"max_resource": int64(27), "mode": "promote"}}},
 	} {
 		e, err := Parse("s.yaml", []byte(head+"searcher: "+tt.searcher+"\n"))
 		if err != nil {
