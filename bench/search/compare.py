@@ -44,6 +44,8 @@ Verdict (PASS/FAIL with the numbers):
     used) reaches the random baseline's mean final regret (target "random" above) with at
     most a third of the budget: its mean regret curve is <= that target at some
     k <= budget_epochs / 3.
+(c) "virga auto" (what `searcher: auto` runs) alone: its mean regret is at or below the best
+    Optuna mean regret at each budget of 25%, 50%, 75% and 100%. N/A without it.
 
 `--plot` writes a PNG per table (a path, "{table}" is replaced by the table's name): mean
 regret (log scale) against consumed epochs and against simulated time, a light band of ± one
@@ -392,6 +394,22 @@ class Analysis:
                 lines.append(f"    {int(f * 100):3d}% ({k:5d} epochs): {bv} {fmt_ms(vm, vs)} "
                              f"{'<' if good else '>='} {bo} {fmt_ms(om, os_)}  {'ok' if good else 'NO'}")
             res.append(("a", "PASS" if ok else "FAIL", lines))
+
+        lines = ["(c) virga auto (what `searcher: auto` runs) <= best Optuna mean regret at 25/50/75/100% of the budget"]
+        if "virga auto" not in self.methods or not optuna:
+            lines.append("    " + ("no 'virga auto' method in the results" if "virga auto" not in self.methods
+                                  else "no optuna methods in the results"))
+            res.append(("c", "N/A", lines))
+        else:
+            ok = True
+            for f, k in zip(VERDICT_FRACTIONS, self.budget_points(VERDICT_FRACTIONS)):
+                bo = min(optuna, key=lambda m: self.at_budget(m, k)[0])
+                (vm, vs), (om, os_) = self.at_budget("virga auto", k), self.at_budget(bo, k)
+                good = vm <= om
+                ok = ok and good
+                lines.append(f"    {int(f * 100):3d}% ({k:5d} epochs): virga auto {fmt_ms(vm, vs)} "
+                             f"{'<=' if good else '>'} {bo} {fmt_ms(om, os_)}  {'ok' if good else 'NO'}")
+            res.append(("c", "PASS" if ok else "FAIL", lines))
 
         B = self.budget
         lines = [f"(b) Virga ASHA's mean regret curve reaches the random baseline's mean final regret "

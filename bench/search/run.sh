@@ -6,7 +6,8 @@
 #   bench/search/run.sh digits-mlp           # one table (a name or a .json.gz path)
 #   SEEDS=3 bench/search/run.sh bench/search/testdata/tiny.json.gz   # a quick try
 #
-# Environment: SEEDS (20), WORKERS (4), BUDGET_X (budget = BUDGET_X x the table's epochs, 50, passed
+# Environment: SEEDS (20), WORKERS (4), SUGGEST (index: numeric dimensions as grid indices; float: as
+# float ranges snapped to the nearest grid value, a continuous space; use another OUT for it), BUDGET_X (budget = BUDGET_X x the table's epochs, 50, passed
 # to both replays so that they match), JOBS (parallel Optuna runs, 2), OUT (bench/search/results),
 # SKIP_VIRGA=1 / SKIP_OPTUNA=1 (reuse the results already in OUT), CHECK=1 (exit 1 when a
 # verdict is FAIL).
@@ -20,6 +21,7 @@ SEEDS=${SEEDS:-20}
 WORKERS=${WORKERS:-4}
 BUDGET_X=${BUDGET_X:-50}
 JOBS=${JOBS:-2}
+SUGGEST=${SUGGEST:-index}
 OUT=${OUT:-bench/search/results}
 PY=/usr/bin/python3 # Debian's python3-optuna imports only under this interpreter
 
@@ -55,7 +57,7 @@ for t in "${tables[@]}"; do
 	if [ -n "$virga" ]; then
 		echo "== virga replay: $name ($SEEDS seeds, $WORKERS workers, budget $budget epochs)" >&2
 		start=$(date +%s)
-		"$virga" --table "$t" --seeds "$SEEDS" --workers "$WORKERS" --budget-epochs "$budget" \
+		"$virga" --table "$t" --seeds "$SEEDS" --workers "$WORKERS" --budget-epochs "$budget" --suggest "$SUGGEST" \
 			--out "$OUT/virga-$name.jsonl"
 		echo "== virga replay: $name took $(($(date +%s) - start)) s" >&2
 	fi
@@ -63,7 +65,7 @@ for t in "${tables[@]}"; do
 		echo "== optuna replay: $name ($SEEDS seeds, $WORKERS workers, budget $budget epochs, $JOBS jobs)" >&2
 		start=$(date +%s)
 		"$PY" bench/search/optuna_replay.py --table "$t" --seeds "$SEEDS" --workers "$WORKERS" \
-			--budget-epochs "$budget" --jobs "$JOBS" --quiet --out "$OUT/optuna-$name.jsonl"
+			--budget-epochs "$budget" --jobs "$JOBS" --suggest "$SUGGEST" --quiet --out "$OUT/optuna-$name.jsonl"
 		echo "== optuna replay: $name took $(($(date +%s) - start)) s" >&2
 	fi
 	for f in "$OUT/virga-$name.jsonl" "$OUT/optuna-$name.jsonl"; do

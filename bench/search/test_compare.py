@@ -108,6 +108,18 @@ class TestScore(unittest.TestCase):
         self.assertEqual(verdict["a"][0], "FAIL")
         # (b): virga random+asha's mean curve reaches 0 at k=3 <= 9/3.
         self.assertEqual(verdict["b"][0], "PASS")
+        self.assertEqual(verdict["c"][0], "N/A")  # no virga auto
+
+    def test_verdict_auto(self):
+        table = compare.Table(hand_table())
+        fast = [[1, 1, 1.0], [1, 2, 2.0], [1, 3, 3.0], [0, 1, 4.0], [0, 2, 5.0], [0, 3, 6.0],
+                [2, 1, 7.0], [2, 2, 8.0], [2, 3, 9.0]]
+        for auto, want in ((fast, "PASS"), (HAND_TRACE, "FAIL")):
+            recs = [record("optuna random", 0, fast), record("virga auto", 0, auto)]
+            a = compare.Analysis(table, [compare.Run(r, table) for r in recs], warn=lambda m: None)
+            verdict = {name: (status, lines) for name, status, lines in a.verdict()}
+            # (c) passes on a tie (<=), as long as no budget point is worse.
+            self.assertEqual(verdict["c"][0], want, verdict["c"][1])
 
     def test_main_writes_markdown_and_plot(self):
         with tempfile.TemporaryDirectory() as d:

@@ -253,14 +253,15 @@ func planPools(set *capacity.Set, o estimateOpts) (spot, od *capacity.Pool, err 
 // expectedSteps returns the steps all trials of e are expected to run when
 // a trial that runs to the end runs steps: every trial to the end, or for
 // the rung stoppers (asha, hyperband) the share successive halving lets
-// through: all trials reach min_resource, a 1/eta share of them each
-// further rung.
+// through: all trials reach min_resource (by default the searcher's grace
+// period, spec.DefaultMinResource), a 1/eta share of them each further rung.
 func expectedSteps(e *spec.Experiment, steps int64) float64 {
 	n := float64(max(e.MaxTrials, 1))
 	switch e.Searcher.Stopper {
 	case "asha", "hyperband":
-		r := float64(e.Searcher.Int("min_resource", 1))
-		big := float64(e.Searcher.Int("max_resource", steps))
+		maxR := e.Searcher.Int("max_resource", steps)
+		r := float64(e.Searcher.Int("min_resource", spec.DefaultMinResource(maxR, e.Searcher.Int("reduction_factor", 3))))
+		big := float64(maxR)
 		eta := e.Searcher.Float("reduction_factor", 3)
 		if r <= 0 || big <= r || eta <= 1 {
 			break

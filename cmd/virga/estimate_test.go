@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,5 +198,22 @@ func TestRunKeepsEstimate(t *testing.T) {
 	// A file that is not an estimate.
 	if _, errOut, code := runCLI(t, dir, "run", exp, "--estimate", exp); code != 2 || !strings.Contains(errOut, "not the output of virga estimate --json") {
 		t.Errorf("bad --estimate: exit %d %q", code, errOut)
+	}
+}
+
+// TestExpectedStepsFollowsTheGracePeriod: without min_resource, ASHA's
+// expected work starts from the searcher's default first rung (3 of 27),
+// not from step 1.
+func TestExpectedStepsFollowsTheGracePeriod(t *testing.T) {
+	e := &spec.Experiment{MaxTrials: 9, Searcher: spec.Searcher{Name: "random+asha", Sampler: "random", Stopper: "asha",
+		Settings: map[string]any{"max_resource": int64(27)}}}
+	// 9 trials to 3, 3 of them to 9, 1 to 27: 27 + 18 + 18 steps.
+	if got := expectedSteps(e, 27); math.Abs(got-63) > 1e-9 {
+		t.Errorf("expectedSteps = %v, want 63", got)
+	}
+	e.Searcher.Settings["min_resource"] = int64(1)
+	// 9 to 1, 3 to 3, 1 to 9, 1/3 to 27: 9 + 6 + 6 + 6.
+	if got := expectedSteps(e, 27); math.Abs(got-27) > 1e-9 {
+		t.Errorf("expectedSteps with min_resource 1 = %v, want 27", got)
 	}
 }

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -270,7 +271,7 @@ func TestExpUniformProgressHysteresisInTime(t *testing.T) {
 
 func TestShape(t *testing.T) {
 	asha := &spec.Experiment{MaxTrials: 100, Searcher: spec.Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
-		Settings: map[string]any{"max_resource": int64(27), "mode": "promote"}}}
+		Settings: map[string]any{"max_resource": int64(27), "mode": "promote", "min_resource": int64(1)}}}
 	s := ShapeOf(asha, 30)
 	if diff := cmp.Diff([]int64{1, 3, 9}, s.Rungs); diff != "" || s.Steps != 27 || !s.Promote {
 		t.Fatalf("rungs (-want +got):\n%s; steps %d promote %v", diff, s.Steps, s.Promote)
@@ -314,13 +315,23 @@ func TestShape(t *testing.T) {
 	}
 
 	hb := &spec.Experiment{MaxTrials: 10, Searcher: spec.Searcher{Name: "random+hyperband", Sampler: "random", Stopper: "hyperband",
-		Settings: map[string]any{"max_resource": int64(9)}}}
+		Settings: map[string]any{"max_resource": int64(9), "min_resource": int64(1)}}}
 	s = ShapeOf(hb, 9)
 	if len(s.Brackets) != 3 || s.Brackets[0].Min != 1 || s.Brackets[2].Min != 9 {
 		t.Errorf("hyperband brackets %+v", s.Brackets)
 	}
 	if got := s.StepsPerTrial(nil); got <= 1 || got >= 9 {
 		t.Errorf("hyperband steps per trial %g, want between 1 and 9", got)
+	}
+	// Without min_resource, the rungs start where the searcher's do: its
+	// default grace period (3 of 27; reduction_factor without max_resource).
+	delete(asha.Searcher.Settings, "min_resource")
+	if got := ShapeOf(asha, 30).Rungs; !slices.Equal(got, []int64{3, 9}) {
+		t.Errorf("default rungs %v, want [3 9]", got)
+	}
+	delete(asha.Searcher.Settings, "max_resource")
+	if got := ShapeOf(asha, 30).Rungs; !slices.Equal(got, []int64{3, 9, 27}) {
+		t.Errorf("default rungs without max_resource %v, want [3 9 27]", got)
 	}
 	if ShapeOf(&spec.Experiment{Searcher: spec.Searcher{Name: "tpe+median", Sampler: "tpe", Stopper: "median"}}, 5).Measured != true {
 		t.Error("median: the steps per trial are measured")

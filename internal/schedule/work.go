@@ -48,7 +48,9 @@ func ShapeOf(e *spec.Experiment, steps int64) SearchShape {
 	switch ss.Stopper {
 	case "asha", "hyperband":
 		eta := max(ss.Int("reduction_factor", 3), 2)
-		minR := max(ss.Int("min_resource", 1), 1)
+		// The searcher's own default first rung (spec.DefaultMinResource)
+		// when min_resource is not set.
+		minR := max(ss.Int("min_resource", spec.DefaultMinResource(ss.Int("max_resource", 0), eta)), 1)
 		s.Keep = 1 / float64(eta)
 		s.Promote = ss.Text("mode", "stop") == "promote"
 		for r := minR; r < s.Steps; r *= eta {

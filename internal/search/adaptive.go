@@ -34,6 +34,17 @@ type adaptive struct {
 	// redraw is whether a repeated configuration may be drawn again (not
 	// for grid, whose proposals never repeat).
 	redraw bool
+	// In a space that is not finite, tol is the distance under which a
+	// configuration is a near-duplicate of one proposed (nearTolerance),
+	// and units holds each record's place (space.unit), in record order.
+	tol   float64
+	units []unitPoint
+}
+
+// unitPoint is a configuration's place, as space.unit returns it.
+type unitPoint struct {
+	x   []float64
+	cat string
 }
 
 // Draws of a new configuration before one already tried is accepted: first
@@ -123,7 +134,10 @@ func newAdaptive(e *spec.Experiment, seed uint64) (Searcher, error) {
 	}
 	a.pcg = rand.NewPCG(seed, pcgStream)
 	a.rng = rand.New(a.pcg)
-	a.redraw = sp.finite()
+	a.redraw = true
+	if !sp.finite() {
+		a.tol = nearTolerance(a.limit, sp.numeric())
+	}
 	switch sampler := e.Searcher.Sampler; sampler {
 	case RandomName, "":
 		a.pick = func(_ int, r *rand.Rand, _ []Observation) (map[string]any, error) {
@@ -157,12 +171,11 @@ func newAdaptive(e *spec.Experiment, seed uint64) (Searcher, error) {
 	s := e.Searcher
 	switch s.Stopper {
 	case "":
-	case ASHAName:
-		a.stop, err = newRungs(s.Text("mode", "stop"), s.Int("min_resource", 1), s.Int("max_resource", 0), s.Int("reduction_factor", 3), false)
-	case HyperbandName:
-		a.stop, err = newRungs(s.Text("mode", "stop"), s.Int("min_resource", 1), s.Int("max_resource", 0), s.Int("reduction_factor", 3), true)
+	case ASHAName, HyperbandName:
+		maxR, eta := s.Int("max_resource", 0), s.Int("reduction_factor", 3)
+		a.stop, err = newRungs(s.Text("mode", "stop"), s.Int("min_resource", spec.DefaultMinResource(maxR, eta)), maxR, eta, s.Stopper == HyperbandName)
 	case MedianName:
-		a.stop = newMedian(s.Int("min_trials", 5), s.Int("warmup_steps", 0))
+		a.stop = newMedian(s.Int("min_trials", 5), s.Int("warmup_steps", autoWarmup))
 	case CurveName:
 		a.stop, err = newCurveStopper(s.Int("max_resource", 0), s.Float("threshold", 0.05), s.Int("min_steps", 5), s.Int("min_trials", 3), a.sign)
 	default:
@@ -193,9 +206,7 @@ func (a *adaptive) Propose() (Proposal, error) {
 		r := &record{Proposal: proposalID(len(a.records) + 1), HParams: hp}
 		a.records = append(a.records, r)
 		a.byID[r.Proposal] = r
-		if a.redraw {
-			a.seen[a.sp.key(hp)] = true
-		}
+		a.remember(hp)
 		return Proposal{ID: r.Proposal, HParams: cloneHParams(hp)}, nil
 	}
 	for _, r := range a.records {
@@ -230,12 +241,14 @@ func (a *adaptive) anyComplete() bool {
 	return false
 }
 
-// fresh returns the sampler's next configuration. In a finite space (ints,
-// categoricals and constants only) a configuration already proposed brings
-// nothing new, as its trial would train the same model again: it is drawn
-// anew from the sampler, then uniformly at random, before it is accepted.
-// (Optuna's TPE proposes such repeats; in a tabular benchmark they were 80%
-// of its trials.)
+// fresh returns the sampler's next configuration. A configuration already
+// proposed brings nothing new, as its trial would train the same model
+// again: in a finite space (ints, categoricals and constants only) one
+// equal to a configuration proposed before, in another space one within
+// tol of one in every numeric parameter (scaled to [0, 1]) and equal in the
+// others. It is drawn anew from the sampler, then uniformly at random,
+// before it is accepted. (Optuna's TPE proposes such repeats; in a tabular
+// benchmark they were 80% of its trials.)
 func (a *adaptive) fresh() (map[string]any, error) {
 	hist := a.history()
 	hp, err := a.pick(len(a.records), a.rng, hist)
@@ -243,7 +256,7 @@ func (a *adaptive) fresh() (map[string]any, error) {
 		return hp, err
 	}
 	for range samplerRedraws {
-		if !a.seen[a.sp.key(hp)] {
+		if !a.tried(hp) {
 			return hp, nil
 		}
 		if hp, err = a.pick(len(a.records), a.rng, hist); err != nil {
@@ -251,12 +264,47 @@ func (a *adaptive) fresh() (map[string]any, error) {
 		}
 	}
 	for range randomRedraws {
-		if !a.seen[a.sp.key(hp)] {
+		if !a.tried(hp) {
 			return hp, nil
 		}
 		hp = a.sp.sample(a.rng)
 	}
 	return hp, nil
+}
+
+// tried reports whether hp repeats, or nearly repeats, a configuration
+// already proposed (see fresh).
+func (a *adaptive) tried(hp map[string]any) bool {
+	if a.tol == 0 {
+		return a.seen[a.sp.key(hp)]
+	}
+	x, cat := a.sp.unit(hp)
+outer:
+	for _, u := range a.units {
+		if u.cat != cat {
+			continue
+		}
+		for i, v := range u.x {
+			if math.Abs(v-x[i]) > a.tol {
+				continue outer
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// remember records a configuration proposed, for tried.
+func (a *adaptive) remember(hp map[string]any) {
+	if !a.redraw {
+		return
+	}
+	if a.tol == 0 {
+		a.seen[a.sp.key(hp)] = true
+		return
+	}
+	x, cat := a.sp.unit(hp)
+	a.units = append(a.units, unitPoint{x: x, cat: cat})
 }
 
 // history returns the observations of trials that reported and no longer
@@ -421,6 +469,7 @@ func (a *adaptive) Restore(snapshot []byte) error {
 	byTrial := make(map[int64]*record, len(st.Records))
 	byID := make(map[string]*record, len(st.Records))
 	seen := map[string]bool{}
+	var units []unitPoint
 	for i, r := range st.Records {
 		if r == nil || r.Proposal != proposalID(i+1) {
 			return fmt.Errorf("restoring %s searcher: trial %d of the snapshot is malformed", a.name, i+1)
@@ -431,8 +480,13 @@ func (a *adaptive) Restore(snapshot []byte) error {
 		}
 		r.HParams = hp
 		byID[r.Proposal] = r
-		if a.redraw {
+		switch {
+		case !a.redraw:
+		case a.tol == 0:
 			seen[a.sp.key(hp)] = true
+		default:
+			x, cat := a.sp.unit(hp)
+			units = append(units, unitPoint{x: x, cat: cat})
 		}
 		if r.Trial != 0 {
 			byTrial[r.Trial] = r
@@ -444,6 +498,6 @@ func (a *adaptive) Restore(snapshot []byte) error {
 		}
 	}
 	*a.pcg = *pcg
-	a.records, a.byTrial, a.byID, a.seen = st.Records, byTrial, byID, seen
+	a.records, a.byTrial, a.byID, a.seen, a.units = st.Records, byTrial, byID, seen, units
 	return nil
 }

@@ -21,11 +21,13 @@ const (
 	CurveName     = "curve"     // learning-curve prediction
 
 	PBTName = "pbt" // population based training
+
+	AutoName = "auto" // a sampler and stopper chosen for the user (spec.AutoSearcher)
 )
 
 // Builtin returns a new registry holding the built-in searchers: the
 // samplers single, grid, random and tpe, the stoppers asha, hyperband,
-// median and curve (each with any sampler but single), and pbt. The caller
+// median and curve (each with any sampler but single), pbt, and auto. The caller
 // owns the map and may add its own factories to it.
 func Builtin() Registry {
 	return Registry{
@@ -38,7 +40,20 @@ func Builtin() Registry {
 		MedianName:    newAdaptive,
 		CurveName:     newAdaptive,
 		PBTName:       newPBT,
+		AutoName:      newAuto,
 	}
+}
+
+// newAuto makes the searcher auto stands for. The parser resolves auto to a
+// sampler and a stopper when it reads the file; an experiment built in code
+// with the bare name is resolved here the same way.
+func newAuto(e *spec.Experiment, seed uint64) (Searcher, error) {
+	if e.Searcher.Sampler == "" {
+		c := *e
+		c.Searcher = spec.AutoSearcher(e.Searcher.Int("max_resource", 0))
+		e = &c
+	}
+	return newAdaptive(e, seed)
 }
 
 // New makes the built-in searcher named by e.Searcher.Name, seeded with seed.

@@ -11,10 +11,21 @@ import (
 // a trial is stopped when its best value so far is worse than the median of
 // the values that completed trials reported at the same step, once at least
 // min_trials completed trials reported that step.
+//
+// Without warmup_steps, the warm-up is the first quarter of a trial:
+// steps up to a quarter of the furthest step a completed trial reported
+// (rounded up), and at least the first step. Nothing is judged before
+// min_trials trials completed, so their length is known by then. A
+// trainer's first reports (an untrained network, a first epoch) rank
+// trials little better than chance, and the rule judges a trial at every
+// step, so that a step of noise stops half the trials it sees; Optuna's
+// default (n_warmup_steps 0) judges from the first.
 type median struct {
 	minTrials int
 	warmup    int64
 	st        medianState
+	// last is the furthest step in st.Done, for autoWarmup; not saved.
+	last int64
 }
 
 type medianState struct {
@@ -29,6 +40,13 @@ type liveCurve struct {
 	Values []float64 `json:"v"`
 	Best   float64   `json:"b"`
 }
+
+// autoWarmup as warmup_steps asks for the default warm-up.
+const autoWarmup = -1
+
+// medianWarmupFraction is the share of a trial's length never judged
+// without warmup_steps.
+const medianWarmupFraction = 4
 
 func newMedian(minTrials, warmup int64) *median {
 	return &median{minTrials: int(max(minTrials, 1)), warmup: warmup, st: medianState{Done: map[int64][]float64{}, Live: map[int64]*liveCurve{}}}
@@ -51,7 +69,7 @@ func (m *median) report(r *record, step int64, v float64) Decision {
 		m.st.Live[r.Trial] = c
 	}
 	c.add(step, v)
-	if step < m.warmup {
+	if step < m.warmup || (m.warmup == autoWarmup && step <= m.autoWarmup()) {
 		return Continue
 	}
 	done := m.st.Done[step]
@@ -69,6 +87,12 @@ func (m *median) report(r *record, step int64, v float64) Decision {
 	return Continue
 }
 
+// autoWarmup returns the default warm-up: a quarter of the furthest step a
+// completed trial reported, rounded up, and at least 1.
+func (m *median) autoWarmup() int64 {
+	return max(1, (m.last+medianWarmupFraction-1)/medianWarmupFraction)
+}
+
 func (m *median) ended(r *record) {
 	c := m.st.Live[r.Trial]
 	delete(m.st.Live, r.Trial)
@@ -79,6 +103,7 @@ func (m *median) ended(r *record) {
 		vs := m.st.Done[s]
 		at, _ := slices.BinarySearch(vs, c.Values[i])
 		m.st.Done[s] = slices.Insert(vs, at, c.Values[i])
+		m.last = max(m.last, s)
 	}
 }
 
@@ -107,6 +132,9 @@ func (m *median) load(b json.RawMessage, _ map[int64]*record) error {
 			return fmt.Errorf("median: curve of trial %d is malformed", id)
 		}
 	}
-	m.st = st
+	m.st, m.last = st, 0
+	for s := range st.Done {
+		m.last = max(m.last, s)
+	}
 	return nil
 }

@@ -55,7 +55,9 @@ var searchers = []struct {
 	{"random+asha", spec.Searcher{Name: "random+asha", Sampler: "random", Stopper: "asha"}},
 	{"tpe+asha-promote", spec.Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
 		Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "reduction_factor": int64(3)}}},
-	{"grid+asha", spec.Searcher{Name: "grid+asha", Sampler: "grid", Stopper: "asha"}},
+	// grid+asha sets the first rung at step 1: the grid's first trials are
+	// alike, and only more rungs than the default's stop enough of them.
+	{"grid+asha", spec.Searcher{Name: "grid+asha", Sampler: "grid", Stopper: "asha", Settings: map[string]any{"min_resource": int64(1)}}},
 	{"random+hyperband", spec.Searcher{Name: "random+hyperband", Sampler: "random", Stopper: "hyperband",
 		Settings: map[string]any{"max_resource": int64(27)}}},
 	{"tpe+asha", spec.Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha", Settings: map[string]any{"min_resource": int64(3)}}},
@@ -224,7 +226,7 @@ func TestFiniteSpaceProposesNoRepeats(t *testing.T) {
 // go, through every higher rung.
 func TestFinishRunsToTheEnd(t *testing.T) {
 	e := synthTable(1).Experiment(spec.Searcher{Name: "random+asha", Sampler: "random", Stopper: "asha",
-		Settings: map[string]any{"mode": "promote", "max_resource": int64(27)}}, 2)
+		Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "min_resource": int64(1)}}, 2)
 	s, err := search.New(e, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -252,5 +254,63 @@ func TestFinishRunsToTheEnd(t *testing.T) {
 	s.Ended(1, search.Completed)
 	if _, err := s.Propose(); err != search.ErrExhausted {
 		t.Fatalf("after the finish: %v, want exhausted", err)
+	}
+}
+
+// TestContinuousSpaceProposesNoNearCopies checks that in a space with float
+// parameters TPE, and random sampling under a stopper, do not propose a
+// configuration within 1% of the range, in every parameter, of one already
+// proposed (the rule's tolerance for 40 trials in 2 dimensions is 7.9%),
+// even when one configuration is far better than the rest, where TPE's good
+// model is narrow around it.
+func TestContinuousSpaceProposesNoNearCopies(t *testing.T) {
+	e := &spec.Experiment{
+		Hyperparameters: map[string]*spec.Hyperparameter{
+			"lr": {Name: "lr", Type: spec.HPFloat, Min: 1e-5, Max: 0.1, Log: true},
+			"x":  {Name: "x", Type: spec.HPFloat, Min: 0, Max: 1},
+			"b":  {Name: "b", Type: spec.HPCategorical, Values: []any{"p", "q"}},
+		},
+		Order:     []string{"lr", "x", "b"},
+		Objective: spec.Objective{Metric: "loss", Direction: spec.Minimize},
+		MaxTrials: 40,
+	}
+	loss := func(hp map[string]any) float64 {
+		l := math.Log10(hp["lr"].(float64)) + 3
+		return l*l + (hp["x"].(float64)-0.3)*(hp["x"].(float64)-0.3)
+	}
+	unit := func(hp map[string]any) [2]float64 {
+		return [2]float64{(math.Log(hp["lr"].(float64)) - math.Log(1e-5)) / (math.Log(0.1) - math.Log(1e-5)), hp["x"].(float64)}
+	}
+	for _, sc := range []spec.Searcher{
+		{Name: "tpe", Sampler: "tpe", Settings: map[string]any{"startup_trials": int64(5)}},
+		{Name: "tpe+median", Sampler: "tpe", Stopper: "median", Settings: map[string]any{"startup_trials": int64(5)}},
+		{Name: "random+asha", Sampler: "random", Stopper: "asha"},
+	} {
+		e.Searcher = sc
+		for seed := range uint64(5) {
+			s, err := search.New(e, seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tried []map[string]any
+			for i := range 40 {
+				p, err := s.Propose()
+				if err != nil {
+					t.Fatal(err)
+				}
+				u := unit(p.HParams)
+				for j, q := range tried {
+					v := unit(q)
+					if q["b"] == p.HParams["b"] && math.Abs(u[0]-v[0]) < 0.01 && math.Abs(u[1]-v[1]) < 0.01 {
+						t.Fatalf("%s, seed %d: proposal %d %v nearly repeats proposal %d %v", sc.Name, seed, i+1, p.HParams, j+1, q)
+					}
+				}
+				tried = append(tried, p.HParams)
+				id := int64(i + 1)
+				s.Created(p.ID, id)
+				s.Observe(id, 1, loss(p.HParams))
+				s.Ended(id, search.Completed)
+			}
+		}
 	}
 }

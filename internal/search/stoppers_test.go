@@ -1,6 +1,7 @@
 package search
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/virga-ml/virga/internal/spec"
@@ -118,5 +119,100 @@ func TestRestoreUnderAnotherLimit(t *testing.T) {
 	smaller, _ := New(oneFloat(st, 4), 1)
 	if err := smaller.Restore(snap); err == nil {
 		t.Fatal("a snapshot with 5 trials restored into a search of 4")
+	}
+}
+
+// feed creates a trial for the next proposal and reports values at steps
+// 1, 2, ...; it returns the decision at each step, stopping at the first
+// that is not Continue.
+func feed(t *testing.T, s Searcher, id int64, values ...float64) []Decision {
+	t.Helper()
+	p, err := s.Propose()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Created(p.ID, id)
+	var out []Decision
+	for i, v := range values {
+		d := s.Observe(id, int64(i+1), v)
+		out = append(out, d)
+		if d != Continue {
+			return out
+		}
+	}
+	return out
+}
+
+// TestRungsDefaultGracePeriod: without min_resource, ASHA's first rung is
+// two halvings below max_resource (3 of 27), not the first report: a trial
+// whose first report is the worst goes on to step 3, and is judged there.
+func TestRungsDefaultGracePeriod(t *testing.T) {
+	for _, stopper := range []string{"asha", "hyperband"} {
+		s, err := New(oneFloat(spec.Searcher{Name: "random+" + stopper, Sampler: "random", Stopper: stopper,
+			Settings: map[string]any{"max_resource": int64(27)}}, 10), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		feed(t, s, 1, 0.1, 0.1, 0.1)
+		got := feed(t, s, 2, 0.9, 0.9, 0.9)
+		if len(got) < 3 {
+			t.Errorf("%s: trial worse at step 1 got %v, want to go on to step 3 (the first rung)", stopper, got)
+		}
+	}
+	// Hyperband's brackets start at 3, 9 and 27 (no bracket at step 1).
+	r, err := newRungs("stop", spec.DefaultMinResource(27, 3), 27, 3, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{3, 9}; len(r.mins) != 3 || r.mins[0] != want[0] || r.mins[1] != want[1] {
+		t.Errorf("hyperband brackets start at %v, want [3 9 27]", r.mins)
+	}
+}
+
+// TestMedianDefaultWarmup: without warmup_steps, the median rule judges no
+// step in the first quarter of the completed trials' length (2 of 8 steps);
+// warmup_steps: 0 judges from the first step, as Optuna's default does.
+func TestMedianDefaultWarmup(t *testing.T) {
+	curve := []float64{2.3, 0.5, 0.4, 0.3, 0.3, 0.3, 0.3, 0.3}
+	worse := []float64{2.4, 0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}
+	for _, tt := range []struct {
+		settings map[string]any
+		steps    int // steps the worse trial runs
+	}{
+		{map[string]any{"min_trials": int64(1)}, 3},
+		{map[string]any{"min_trials": int64(1), "warmup_steps": int64(0)}, 1},
+		{map[string]any{"min_trials": int64(1), "warmup_steps": int64(5)}, 5},
+	} {
+		s, err := New(oneFloat(spec.Searcher{Name: "random+median", Sampler: "random", Stopper: "median", Settings: tt.settings}, 10), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		feed(t, s, 1, curve...)
+		s.Ended(1, Completed)
+		got := feed(t, s, 2, worse...)
+		if len(got) != tt.steps || got[len(got)-1] != Stop {
+			t.Errorf("%v: worse trial's decisions %v, want it stopped at step %d", tt.settings, got, tt.steps)
+		}
+	}
+}
+
+// TestAutoBuiltInCode: an experiment built in code with searcher auto, not
+// resolved by the parser, gets the searcher the parser would give it.
+func TestAutoBuiltInCode(t *testing.T) {
+	for _, tt := range []struct {
+		settings map[string]any
+		stopper  any
+	}{
+		{nil, &rungs{}},
+		{map[string]any{"max_resource": int64(27)}, &rungs{}},
+	} {
+		s, err := New(oneFloat(spec.Searcher{Name: "auto", Settings: tt.settings}, 10), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, ok := s.(*adaptive)
+		if !ok || fmt.Sprintf("%T", a.stop) != fmt.Sprintf("%T", tt.stopper) {
+			t.Errorf("auto with %v: %T, want an adaptive searcher with a %T", tt.settings, s, tt.stopper)
+		}
 	}
 }

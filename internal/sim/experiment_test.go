@@ -322,7 +322,13 @@ func TestAdaptiveSearchOnTheTable(t *testing.T) {
 	if !base.Finished || base.Trials != 200 || base.Completed == 0 || base.Best == nil || base.Best.Value > 0.1 {
 		t.Fatalf("on-demand: %+v", base)
 	}
-	cfg.Deadline = 2 * base.Makespan
+	// Loose: three times the on-demand makespan. The policies plan with
+	// ASHA's expected work (schedule.ShapeOf), which a search that avoids
+	// near-copies of trained configurations undercuts (here 4h24m on
+	// demand, 13 of its 200 trials completed, against 7h15m and 33 without
+	// the rule), and under twice the makespan their safety nets then keep
+	// every trial on demand.
+	cfg.Deadline = 3 * base.Makespan
 	cfg.TraceOffset = 100 * time.Hour // both zones have capacity at times
 	for _, p := range schedule.ExperimentPolicies() {
 		cfg.Policy = p

@@ -18,7 +18,7 @@
 //	  act: {type: categorical, values: [relu, tanh]}
 //	  epochs: {type: const, value: 20}
 //	  batch: 32                   # a bare scalar is a const
-//	searcher: random              # or {name: random, SETTING: ...}; single (the default), grid, random
+//	searcher: random              # or {name: random, SETTING: ...}; single (the default), grid, random, auto
 //	objective: {metric: val_loss, direction: minimize}   # or just `objective: val_loss`
 //	max_trials: 20
 //	max_concurrent: 4             # default 1
@@ -47,7 +47,8 @@
 // GridValues: a float without count gets DefaultFloatPoints points, and an int
 // without count must span at most MaxImplicitIntPoints integers (all of them
 // are tried); max_trials defaults to the grid size and caps it when given.
-// random defaults to 10 trials.
+// random defaults to 10 trials. auto ({name: auto, max_resource: N}) stands
+// for the combination AutoSearcher returns, and defaults to 20 trials.
 //
 // # Errors
 //

@@ -146,7 +146,7 @@ func (p *parser) placeholders(n *yaml.Node, path, s string, declared []string) {
 // MaxTrials. maxTrials is the file's value (0 when absent or invalid).
 func (p *parser) searchSpace(e *Experiment, searcherNode, maxTrialsNode *yaml.Node, maxTrials int) {
 	key := e.Searcher.Sampler
-	if key == "" {
+	if key == "" || searcherDefs[e.Searcher.Name].role == roleAuto {
 		key = e.Searcher.Name
 	}
 	def := searcherDefs[key]
@@ -224,7 +224,8 @@ func rungTrials(s Searcher) int {
 	if s.Stopper != "asha" && s.Stopper != "hyperband" {
 		return 0
 	}
-	lo, hi, eta := s.Int("min_resource", 1), s.Int("max_resource", 0), s.Int("reduction_factor", 3)
+	hi, eta := s.Int("max_resource", 0), s.Int("reduction_factor", 3)
+	lo := s.Int("min_resource", DefaultMinResource(hi, eta))
 	if hi <= 0 || lo < 1 || eta < 2 {
 		return 0
 	}

@@ -402,6 +402,9 @@ func (p *parser) searcher(n *yaml.Node) (Searcher, bool) {
 			return Searcher{}, false
 		}
 		s, ok := p.combine(n, name, "", "")
+		if ok && searcherDefs[name].role == roleAuto {
+			s = AutoSearcher(0)
+		}
 		return s, ok
 	}
 	f, ok := p.mapping(n, path, fmt.Sprintf("a searcher name (%s), {name: ...} or {sampler: ..., stopper: ...}", strings.Join(names, ", ")), nil)
@@ -505,6 +508,9 @@ func (p *parser) searcher(n *yaml.Node) (Searcher, bool) {
 			ok = false
 		}
 	}
+	if ok && searcherDefs[s.Name].role == roleAuto {
+		s = AutoSearcher(s.Int("max_resource", 0))
+	}
 	return s, ok
 }
 
@@ -527,7 +533,7 @@ func (p *parser) combine(n *yaml.Node, name, sampler, stopper string) (Searcher,
 			return Searcher{}, false
 		}
 		stopper = name
-	case roleWhole:
+	case roleWhole, roleAuto:
 		if sampler != "" || stopper != "" {
 			p.at(n, path, "searcher %s chooses and stops its trials itself; remove sampler: and stopper:", name)
 			return Searcher{}, false

@@ -396,7 +396,9 @@ func TestSearcherForms(t *testing.T) {
 		{"{name: asha, sampler: tpe, reduction_factor: 4}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
 			Settings: map[string]any{"reduction_factor": int64(4)}}, 20},
 		{"{sampler: tpe, stopper: asha, mode: promote, max_resource: 27, startup_trials: 5}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
-			Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "startup_trials": int64(5)}}, 54}, // 2 x 3^3 rungs
+			Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "startup_trials": int64(5)}}, 20}, // tpe's 20 > 2 x 3^2 rungs (at 3 and 9, the default grace period)
+		{"{sampler: tpe, stopper: asha, mode: promote, max_resource: 27, min_resource: 1}", Searcher{Name: "tpe+asha", Sampler: "tpe", Stopper: "asha",
+			Settings: map[string]any{"mode": "promote", "max_resource": int64(27), "min_resource": int64(1)}}, 54}, // 2 x 3^3 rungs
 		{"{stopper: curve, max_resource: 30, threshold: 0.05}", Searcher{Name: "random+curve", Sampler: "random", Stopper: "curve",
 			Settings: map[string]any{"max_resource": int64(30), "threshold": 0.05}}, 10},
 		{"{name: tpe, stopper: median}", Searcher{Name: "tpe+median", Sampler: "tpe", Stopper: "median"}, 20},
@@ -471,6 +473,55 @@ func TestQuotedBigNumbersAreStrings(t *testing.T) {
 	for name, want := range map[string]any{"a": "-1e400", "b": "1e400", "c": 0.0} {
 		if got := e.Hyperparameters[name].Value; got != want {
 			t.Errorf("%s = %#v, want %#v", name, got, want)
+		}
+	}
+}
+
+func TestDefaultMinResource(t *testing.T) {
+	for _, tt := range []struct{ max, eta, want int64 }{
+		{27, 3, 3}, {81, 3, 9}, {100, 3, 11}, {10, 3, 2}, {9, 3, 2}, {3, 3, 2}, {2, 3, 1}, {1, 3, 1},
+		{64, 4, 4}, {0, 3, 3}, {0, 4, 4},
+	} {
+		if got := DefaultMinResource(tt.max, tt.eta); got != tt.want {
+			t.Errorf("DefaultMinResource(%d, %d) = %d, want %d", tt.max, tt.eta, got, tt.want)
+		}
+	}
+}
+
+// TestSearcherAuto: searcher auto stands for the combination AutoSearcher
+// names, with or without max_resource, and takes no sampler or stopper.
+func TestSearcherAuto(t *testing.T) {
+	const head = "name: x\nobjective: loss\nhyperparameters: {lr: {type: float, min: 0.001, max: 0.1, log: true}}\n"
+	for _, tt := range []struct {
+		searcher string
+		want     Searcher
+	}{
+		{"auto", Searcher{Name: "auto", Sampler: "random", Stopper: "asha"}},
+		{"{name: auto}", Searcher{Name: "auto", Sampler: "random", Stopper: "asha"}},
+		{"{name: auto, max_resource: 27}", Searcher{Name: "auto", Sampler: "random", Stopper: "asha",
+			Settings: map[string]any{"max_resource": int64(27), "mode": "promote"}}},
+	} {
+		e, err := Parse("s.yaml", []byte(head+"searcher: "+tt.searcher+"\n"))
+		if err != nil {
+			t.Errorf("searcher: %s: %v", tt.searcher, err)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, e.Searcher); diff != "" {
+			t.Errorf("searcher: %s (-want +got):\n%s", tt.searcher, diff)
+		}
+		if e.MaxTrials != 20 {
+			t.Errorf("searcher: %s: max_trials %d, want 20", tt.searcher, e.MaxTrials)
+		}
+	}
+	for searcher, want := range map[string]string{
+		"{name: auto, stopper: asha}":     "searcher auto chooses and stops its trials itself",
+		"{name: auto, max_resource: 0}":   "searcher.max_resource: must be >= 1",
+		"{name: auto, threshold: 0.1}":    `unknown setting "threshold" for searcher auto (allowed: max_resource)`,
+		"{name: auto, max_resource: two}": "searcher.max_resource: expected an integer",
+	} {
+		_, err := Parse("s.yaml", []byte(head+"searcher: "+searcher+"\n"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("searcher: %s: error %v, want one containing %q", searcher, err, want)
 		}
 	}
 }

@@ -105,6 +105,7 @@ const (
 	roleSampler searcherRole = iota // chooses hyperparameters
 	roleStopper                     // ends or pauses trials early; needs a sampler
 	roleWhole                       // does both (pbt)
+	roleAuto                        // chooses a sampler and a stopper (auto)
 )
 
 // searcherDef is what the parser knows about one searcher. The parser checks
@@ -177,6 +178,9 @@ var searcherDefs = map[string]searcherDef{
 		"min_trials":   intAtLeast(1, "finished trials before any trial is stopped"),
 	}, required: []string{"max_resource"}, below: [][2]string{{"min_steps", "max_resource"}},
 		defaults: map[string]int64{"min_steps": 5}},
+	"auto": {role: roleAuto, defaultTrials: 20, settings: map[string]setting{
+		"max_resource": maxResource,
+	}},
 	"pbt": {role: roleWhole, defaultTrials: 40, settings: map[string]setting{
 		"population":           intAtLeast(2, "trials trained at once"),
 		"interval":             intAtLeast(1, "steps between exploit and explore"),
@@ -186,6 +190,43 @@ var searcherDefs = map[string]searcherDef{
 		"resample_probability": setting{kind: SettingFloat, min: 0, max: 1, hasMin: true, hasMax: true, help: "probability of drawing a parameter anew instead"},
 	}, required: []string{"max_resource"}, below: [][2]string{{"interval", "max_resource"}},
 		defaults: map[string]int64{"interval": 4}},
+}
+
+// DefaultMinResource is the first rung of asha and hyperband when the file
+// sets no min_resource (a grace period, as Ray Tune calls it): two halvings
+// below max_resource, max_resource/reduction_factor^2 rounded down, so that
+// a trial is first judged after a ninth of its training with the default
+// factor 3; at least 2 when max_resource is above 2, as a trainer's first
+// report (an untrained network, or one epoch of warm-up) says little of how
+// it will end; 1 when max_resource is 1 or 2. Without max_resource (stop mode
+// only) it is reduction_factor: rungs at eta, eta^2, ...
+func DefaultMinResource(maxResource, eta int64) int64 {
+	if eta < 2 {
+		return 1
+	}
+	if maxResource <= 0 {
+		return eta
+	}
+	if maxResource <= 2 {
+		return 1
+	}
+	return max(2, maxResource/(eta*eta))
+}
+
+// AutoSearcher is the searcher `searcher: auto` stands for, given its
+// max_resource (0 when not set): random sampling with ASHA and its default
+// grace period (the first rung at max_resource/9 with the default reduction
+// factor 3), in promote mode; without max_resource, which promote mode
+// needs, in stop mode (rungs at 3, 9, 27, ...). Of the searchers compared on
+// the tabular benchmarks of bench/search, it is the one whose worst ratio to
+// Optuna 3.1's best configuration, over every table and budget, is the
+// smallest (bench/search/README.md). Its name stays auto.
+func AutoSearcher(maxResource int64) Searcher {
+	s := Searcher{Name: "auto", Sampler: "random", Stopper: "asha"}
+	if maxResource > 0 {
+		s.Settings = map[string]any{"max_resource": maxResource, "mode": "promote"}
+	}
+	return s
 }
 
 // DefaultSearcher is the searcher used when the file has no searcher field.

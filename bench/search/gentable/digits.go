@@ -51,12 +51,16 @@ func digitsSettings(hp map[string]any) mlp.Settings {
 }
 
 // trainDigits trains one configuration for epochs epochs and returns its
-// validation loss and the wall time (training pass plus validation) of each epoch.
-func trainDigits(ds *mlp.Dataset, s mlp.Settings, epochs int) (curve, seconds []Sig5) {
+// validation loss and the wall time (training pass plus validation) of each
+// epoch. With untrainedFirst the first epoch is validation only: the
+// untrained network, and epochs-1 training passes follow.
+func trainDigits(ds *mlp.Dataset, s mlp.Settings, epochs int, untrainedFirst bool) (curve, seconds []Sig5) {
 	m := mlp.New(s)
 	for epoch := 1; epoch <= epochs; epoch++ {
 		began := time.Now()
-		m.TrainEpoch(ds, s, epoch, nil)
+		if pass := epoch - btoi(untrainedFirst); pass >= 1 {
+			m.TrainEpoch(ds, s, pass, nil)
+		}
 		loss, _ := m.Evaluate(ds.ValX, ds.ValY)
 		took := time.Since(began).Seconds()
 		if !(loss <= lossCap) { // also NaN
@@ -66,4 +70,11 @@ func trainDigits(ds *mlp.Dataset, s mlp.Settings, epochs int) (curve, seconds []
 		seconds = append(seconds, Sig5(took))
 	}
 	return curve, seconds
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -40,7 +40,8 @@ type options struct {
 
 // builders are the tables this program can build, by name.
 var builders = map[string]func(o options, progress io.Writer) (*Table, error){
-	"digits-mlp": buildDigits,
+	"digits-mlp":    buildDigits,
+	"digits-mlp-e0": buildDigitsE0,
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -102,6 +103,18 @@ func tableNames() []string {
 
 // buildDigits trains the digits-mlp grid.
 func buildDigits(o options, progress io.Writer) (*Table, error) {
+	return buildDigitsTable(o, progress, false)
+}
+
+// buildDigitsE0 trains the digits-mlp-e0 grid: the digits-mlp grid whose
+// first reported epoch is the untrained network (the trainer validates
+// before its first training pass and reports it as step 1), followed by 26
+// training epochs, as trainers that log "epoch 0" do.
+func buildDigitsE0(o options, progress io.Writer) (*Table, error) {
+	return buildDigitsTable(o, progress, true)
+}
+
+func buildDigitsTable(o options, progress io.Writer, untrainedFirst bool) (*Table, error) {
 	load := mlp.LoadDefault
 	if o.data != mlp.DefaultDataPath {
 		load = func() (*mlp.Dataset, error) { return mlp.LoadDataset(o.data) }
@@ -111,10 +124,10 @@ func buildDigits(o options, progress io.Writer) (*Table, error) {
 		return nil, err
 	}
 	t := &Table{
-		Name:      "digits-mlp",
+		Name:      o.table,
 		Model:     "one-hidden-layer MLP (examples/digits-go), SGD with momentum 0.9, seed 1",
 		Dataset:   fmt.Sprintf("digits (examples/data/digits.csv.gz, a copy of ../shared/data/digits/digits.csv.gz), fixed split seed 42: %d train / %d val", len(ds.TrainX), len(ds.ValX)),
-		Command:   "go run ./bench/search/gentable --table digits-mlp --workers " + fmt.Sprint(o.workers),
+		Command:   "go run ./bench/search/gentable --table " + o.table + " --workers " + fmt.Sprint(o.workers),
 		Metric:    "val_loss",
 		Direction: "minimize",
 		Epochs:    digitsEpochs,
@@ -124,10 +137,14 @@ func buildDigits(o options, progress io.Writer) (*Table, error) {
 			digitsMomentum, digitsSeed, digitsEpochs, lossCap, lossCap, o.workers),
 		Space: digitsSpace(),
 	}
+	if untrainedFirst {
+		t.Model += "; epoch 1 is the untrained network"
+		t.Notes += fmt.Sprintf(" Epoch 1 is the untrained network (validation only, before any training pass); epochs 2..%d follow %d training passes.", digitsEpochs, digitsEpochs-1)
+	}
 	grid := Grid(t.Space)
 	t.Configs = make([]Config, len(grid))
 	forEach(len(grid), o.workers, progress, func(i int) {
-		curve, secs := trainDigits(ds, digitsSettings(grid[i]), t.Epochs)
+		curve, secs := trainDigits(ds, digitsSettings(grid[i]), t.Epochs, untrainedFirst)
 		t.Configs[i] = Config{HParams: grid[i], Curve: curve, Seconds: secs}
 	})
 	return t, nil

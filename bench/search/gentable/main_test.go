@@ -11,7 +11,7 @@ func TestRunUsageErrors(t *testing.T) {
 		args []string
 		want string // in stderr
 	}{
-		{[]string{"--table", "nope"}, `--table "nope": want one of digits-mlp`},
+		{[]string{"--table", "nope"}, `--table "nope": want one of digits-mlp, digits-mlp-e0`},
 		{[]string{"--workers", "3"}, "--workers 3: want 1 or 2"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--bogus"}, "flag provided but not defined"},

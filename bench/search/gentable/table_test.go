@@ -17,7 +17,7 @@ import (
 const tablesDir = "../tables"
 
 // committed are the tables that must be in tablesDir, by name.
-var committed = []string{"digits-mlp", "digits-xgb"}
+var committed = []string{"digits-mlp", "digits-mlp-e0", "digits-xgb"}
 
 func readTable(t *testing.T, name string) *Table {
 	t.Helper()
@@ -136,7 +136,7 @@ func TestDigitsTableMatchesCode(t *testing.T) {
 	if i < 0 {
 		t.Fatal("the grid lacks the configuration this test retrains")
 	}
-	curve, seconds := trainDigits(ds, digitsSettings(grid[i]), tb.Epochs)
+	curve, seconds := trainDigits(ds, digitsSettings(grid[i]), tb.Epochs, false)
 	for e := range curve {
 		got, tab := float64(curve[e]), float64(tb.Configs[i].Curve[e])
 		if math.Abs(got-tab) > 1e-3*math.Abs(tab) {
@@ -144,6 +144,36 @@ func TestDigitsTableMatchesCode(t *testing.T) {
 		}
 		if !(seconds[e] > 0) {
 			t.Errorf("epoch %d took %v s, want > 0", e+1, seconds[e])
+		}
+	}
+}
+
+// TestDigitsE0TableMatchesCode checks that digits-mlp-e0 is digits-mlp with
+// the untrained network as its first epoch: one configuration retrained with
+// untrainedFirst gives the table's curve, and every curve's epochs 2..27 are
+// the digits-mlp curve's epochs 1..26 (the same training passes).
+func TestDigitsE0TableMatchesCode(t *testing.T) {
+	e0, base := readTable(t, "digits-mlp-e0"), readTable(t, "digits-mlp")
+	if !reflect.DeepEqual(e0.Space, base.Space) || e0.Epochs != digitsEpochs {
+		t.Fatalf("digits-mlp-e0's space or epochs (%d) differ from digits-mlp's: regenerate it", e0.Epochs)
+	}
+	for i := range e0.Configs {
+		got, want := e0.Configs[i].Curve[1:], base.Configs[i].Curve[:digitsEpochs-1]
+		for e := range got {
+			if a, b := float64(got[e]), float64(want[e]); math.Abs(a-b) > 1e-3*math.Abs(b) {
+				t.Fatalf("config %d: epoch %d is %v, but digits-mlp's epoch %d is %v", i, e+2, a, e+1, b)
+			}
+		}
+	}
+	ds, err := mlp.LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const i = 0
+	curve, _ := trainDigits(ds, digitsSettings(Grid(e0.Space)[i]), 3, true)
+	for e := range curve {
+		if a, b := float64(curve[e]), float64(e0.Configs[i].Curve[e]); math.Abs(a-b) > 1e-3*math.Abs(b) {
+			t.Fatalf("config %d, epoch %d: retrained val_loss %v, table %v", i, e+1, a, b)
 		}
 	}
 }

@@ -26,8 +26,10 @@ import (
 
 // methods are the searchers compared, by the name results carry. ASHA and
 // Hyperband use reduction_factor 3 and min_resource 1 (the "-r9" variants
-// min_resource epochs/9), as an experiment file would set them; the rest
-// are defaults.
+// min_resource epochs/9, which is the default min_resource for these
+// tables), as an experiment file would set them; tpe+median-w0 sets
+// warmup_steps 0 (Optuna's default); auto is `searcher: {name: auto,
+// max_resource: EPOCHS}`; the rest are defaults.
 func methods(epochs int64) map[string]spec.Searcher {
 	rungs := func(sampler, stopper, mode string) spec.Searcher {
 		s := spec.Searcher{Name: sampler + "+" + stopper, Sampler: sampler, Stopper: stopper,
@@ -47,6 +49,8 @@ func methods(epochs int64) map[string]spec.Searcher {
 		"virga random+hyperband":  rungs("random", "hyperband", "stop"),
 		"virga tpe+hyperband":     rungs("tpe", "hyperband", "stop"),
 		"virga tpe+median":        {Name: "tpe+median", Sampler: "tpe", Stopper: "median"},
+		"virga tpe+median-w0":     {Name: "tpe+median", Sampler: "tpe", Stopper: "median", Settings: map[string]any{"warmup_steps": int64(0)}},
+		"virga auto":              spec.AutoSearcher(epochs),
 		"virga random+curve":      {Name: "random+curve", Sampler: "random", Stopper: "curve", Settings: map[string]any{"max_resource": epochs}},
 		"virga tpe+curve":         {Name: "tpe+curve", Sampler: "tpe", Stopper: "curve", Settings: map[string]any{"max_resource": epochs}},
 	}
@@ -66,7 +70,10 @@ type record struct {
 	BudgetEpochs int          `json:"budget_epochs"`
 	Trace        [][3]float64 `json:"trace"`
 	Trials       int          `json:"trials"`
-	Seconds      float64      `json:"replay_seconds"` // real time the replay took
+	// Repeats counts the trials whose configuration (after snapping, with
+	// --suggest float) an earlier trial of the run had already been given.
+	Repeats int     `json:"repeats"`
+	Seconds float64 `json:"replay_seconds"` // real time the replay took
 
 	epochs []replay.Epoch
 }
@@ -86,6 +93,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	workers := fs.Int("workers", 4, "trials trained at once")
 	budget := fs.Int("budget-epochs", 0, "epochs per run (default 50 x the table's epochs)")
 	list := fs.String("methods", "", "comma-separated methods (default all)")
+	var extra []string
+	fs.Func("searcher", "`NAME=SEARCHER`: also run method NAME, the searcher field of an experiment file (e.g. 'tpe+curve3={sampler: tpe, stopper: curve, max_resource: 27, min_steps: 3}'); repeatable", func(v string) error {
+		extra = append(extra, v)
+		return nil
+	})
+	suggest := fs.String("suggest", "index", "index: numeric dimensions as grid indices; float: as floats over their range, snapped to the nearest grid value (a continuous space)")
 	out := fs.String("out", "", "output file (default stdout)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -97,12 +110,36 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	switch *suggest {
+	case "index":
+	case "float":
+		t.Continuous = true
+	default:
+		return fmt.Errorf("--suggest %q: want index or float", *suggest)
+	}
 	if *budget == 0 {
 		*budget = 50 * t.Epochs
 	}
 	all := methods(int64(t.Epochs))
+	for _, x := range extra {
+		name, text, ok := strings.Cut(x, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("--searcher %q: want NAME=SEARCHER", x)
+		}
+		s, err := parseSearcher(text)
+		if err != nil {
+			return fmt.Errorf("--searcher %s: %w", name, err)
+		}
+		all["virga "+strings.TrimPrefix(name, "virga ")] = s
+	}
+	extras := len(extra) > 0 && *list == ""
 	var names []string
-	if *list == "" {
+	if extras {
+		for _, x := range extra {
+			name, _, _ := strings.Cut(x, "=")
+			names = append(names, "virga "+strings.TrimPrefix(name, "virga "))
+		}
+	} else if *list == "" {
 		for n := range all {
 			names = append(names, n)
 		}
@@ -128,11 +165,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		began := time.Now()
 		at := []float64{0.1, 0.25, 0.5, 0.75, 1}
 		mean := make([]float64, len(at))
+		trials, repeats := 0, 0
 		for seed := range *seeds {
 			rec, err := runOne(t, name, s, seed, *workers, *budget)
 			if err != nil {
 				return fmt.Errorf("%s, seed %d: %w", name, seed, err)
 			}
+			trials += rec.Trials
+			repeats += rec.Repeats
 			reg := t.Regret(rec.epochs)
 			for i, f := range at {
 				if k := int(f*float64(*budget)) - 1; k < len(reg) {
@@ -148,8 +188,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			bw.Write(b)
 			bw.WriteByte('\n')
 		}
-		fmt.Fprintf(stderr, "%-26s %d seeds in %8v; mean regret at 10/25/50/75/100%% of the budget: %.4f %.4f %.4f %.4f %.4f\n",
-			name, *seeds, time.Since(began).Round(time.Millisecond), mean[0], mean[1], mean[2], mean[3], mean[4])
+		fmt.Fprintf(stderr, "%-26s %d seeds in %8v; mean regret at 10/25/50/75/100%% of the budget: %.4f %.4f %.4f %.4f %.4f; repeats %.1f%% of %d trials\n",
+			name, *seeds, time.Since(began).Round(time.Millisecond), mean[0], mean[1], mean[2], mean[3], mean[4],
+			100*float64(repeats)/float64(max(trials, 1)), trials)
 	}
 	return bw.Flush()
 }
@@ -166,9 +207,35 @@ func runOne(t *replay.Table, name string, s spec.Searcher, seed, workers, budget
 	}
 	rec := &record{Table: t.Name, Method: name, Seed: seed, Workers: workers, BudgetEpochs: budget, Trials: res.Trials}
 	rec.epochs = res.Trace
+	configOf := map[int64]int{}
+	for _, e := range res.Trace {
+		configOf[e.Trial] = e.Config
+	}
+	seen := map[int]bool{}
+	for id := int64(1); id <= int64(res.Trials); id++ {
+		c, ok := configOf[id]
+		if !ok {
+			continue // created but never trained an epoch within the budget
+		}
+		if seen[c] {
+			rec.Repeats++
+		}
+		seen[c] = true
+	}
 	for _, e := range res.Trace {
 		rec.Trace = append(rec.Trace, [3]float64{float64(e.Config), float64(e.Epoch), e.Time})
 	}
 	rec.Seconds = time.Since(began).Seconds()
 	return rec, nil
+}
+
+// parseSearcher reads a searcher as an experiment file's searcher field, by
+// the parser the server uses (so that defaults and checks are the same).
+func parseSearcher(text string) (spec.Searcher, error) {
+	file := "name: m\nobjective: loss\nhyperparameters: {x: {type: float, min: 0, max: 1}}\nsearcher: " + text + "\n"
+	e, err := spec.Parse("--searcher", []byte(file))
+	if err != nil {
+		return spec.Searcher{}, err
+	}
+	return e.Searcher, nil
 }

@@ -33,6 +33,13 @@ type Table struct {
 	Epochs    int      `json:"epochs"`
 	Space     []Dim    `json:"space"`
 	Configs   []Config `json:"configs"`
+
+	// Continuous, when set, presents each int or float dimension to the
+	// searcher as a float parameter over [first, last value] (log-scaled
+	// when the dimension is), and a proposal names the configuration of
+	// the grid values nearest to it (see Index): a continuous search space,
+	// as a user's float hyperparameters are, over the same curves.
+	Continuous bool `json:"-"`
 }
 
 // Dim is one dimension of a table's space: its grid values, ascending for
@@ -160,7 +167,16 @@ func (t *Table) Experiment(s spec.Searcher, maxTrials int) *spec.Experiment {
 	}
 	for _, d := range t.Space {
 		h := &spec.Hyperparameter{Name: d.Name, Type: spec.HPCategorical, Values: d.Values}
-		if d.Type != "categorical" {
+		switch {
+		case d.Type == "categorical":
+		case t.Continuous:
+			lo, _ := number(d.Values[0])
+			hi, _ := number(d.Values[len(d.Values)-1])
+			h = &spec.Hyperparameter{Name: d.Name, Type: spec.HPFloat, Min: lo, Max: hi, Log: d.Log}
+			if lo == hi {
+				h = &spec.Hyperparameter{Name: d.Name, Type: spec.HPConst, Value: lo}
+			}
+		default:
 			h = &spec.Hyperparameter{Name: d.Name, Type: spec.HPInt, Min: 0, Max: float64(len(d.Values) - 1)}
 		}
 		e.Hyperparameters[d.Name] = h
@@ -170,8 +186,9 @@ func (t *Table) Experiment(s spec.Searcher, maxTrials int) *spec.Experiment {
 }
 
 // Index returns the configuration a proposal names: the grid index of each
-// int or float dimension (rounded and clamped to the grid), the value of
-// each categorical dimension.
+// int or float dimension (rounded and clamped to the grid; when Continuous,
+// the index of the nearest grid value, on the log scale when the dimension
+// is log, ties to the lower value), the value of each categorical dimension.
 func (t *Table) Index(hp map[string]any) (int, error) {
 	idx := 0
 	for _, d := range t.Space {
@@ -187,7 +204,9 @@ func (t *Table) Index(hp map[string]any) (int, error) {
 					break
 				}
 			}
-		} else if x, ok := number(v); ok && !math.IsNaN(x) {
+		} else if x, ok := number(v); ok && !math.IsNaN(x) && t.Continuous {
+			k = nearest(d, x)
+		} else if ok {
 			k = int(min(max(math.Round(x), 0), float64(len(d.Values)-1)))
 		}
 		if k < 0 {
@@ -196,6 +215,29 @@ func (t *Table) Index(hp map[string]any) (int, error) {
 		idx = idx*len(d.Values) + k
 	}
 	return idx, nil
+}
+
+// nearest returns the index of d's grid value nearest to x (in logarithms
+// when d is log-scaled), the lower one on a tie, as optuna_replay.py's
+// --suggest float snaps.
+func nearest(d Dim, x float64) int {
+	key := func(v float64) float64 {
+		if d.Log {
+			return math.Log(v)
+		}
+		return v
+	}
+	if d.Log && x <= 0 {
+		return 0
+	}
+	kx, best, bestDist := key(x), 0, math.Inf(1)
+	for i, v := range d.Values {
+		f, _ := number(v)
+		if dist := math.Abs(key(f) - kx); dist < bestDist {
+			best, bestDist = i, dist
+		}
+	}
+	return best
 }
 
 // Point returns the proposal that names configuration i, as Experiment's
@@ -208,6 +250,8 @@ func (t *Table) Point(i int) map[string]any {
 		i /= len(dim.Values)
 		if dim.Type == "categorical" {
 			p[dim.Name] = dim.Values[k]
+		} else if t.Continuous {
+			p[dim.Name], _ = number(dim.Values[k])
 		} else {
 			p[dim.Name] = int64(k)
 		}

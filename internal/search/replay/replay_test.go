@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/virga-ml/virga/internal/spec"
 )
 
 const tinyTable = `{"name":"t","metric":"loss","direction":"minimize","epochs":2,
@@ -48,6 +50,37 @@ func TestReadAndIndex(t *testing.T) {
 	}
 }
 
+// TestContinuousIndex: a Continuous table presents numeric dimensions as
+// floats over their range and snaps a proposal to the nearest grid value,
+// on the log scale for a log dimension.
+func TestContinuousIndex(t *testing.T) {
+	tb, err := Read(strings.NewReader(tinyTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Continuous = true
+	e := tb.Experiment(spec.Searcher{Name: "tpe", Sampler: "tpe"}, 10)
+	if h := e.Hyperparameters["lr"]; h.Type != spec.HPFloat || h.Min != 0.01 || h.Max != 0.1 || !h.Log {
+		t.Fatalf("lr is %+v, want a log float over [0.01, 0.1]", h)
+	}
+	for _, tt := range []struct {
+		lr   float64
+		want int
+	}{
+		{0.01, 0}, {0.031, 0}, {0.032, 2}, {0.1, 2}, {0.5, 2}, // geometric midpoint 0.0316
+	} {
+		got, err := tb.Index(map[string]any{"lr": tt.lr, "act": "relu"})
+		if err != nil || got != tt.want {
+			t.Errorf("Index(lr %v) = %d, %v; want %d", tt.lr, got, err, tt.want)
+		}
+	}
+	for i := range tb.Configs {
+		if got, err := tb.Index(tb.Point(i)); err != nil || got != i {
+			t.Errorf("configuration %d indexes as %d (%v)", i, got, err)
+		}
+	}
+}
+
 func TestReadRejectsBrokenTables(t *testing.T) {
 	for name, mut := range map[string]func(string) string{
 		"order":     func(s string) string { return strings.Replace(s, `"lr":0.01,"act":"tanh"`, `"lr":0.1,"act":"tanh"`, 1) },
@@ -74,6 +107,12 @@ func FuzzRead(f *testing.F) {
 		for i := range tb.Configs {
 			if got, err := tb.Index(tb.Point(i)); err != nil || got != i {
 				t.Fatalf("configuration %d indexes as %d (%v)", i, got, err)
+			}
+		}
+		tb.Continuous = true
+		for i := range tb.Configs {
+			if got, err := tb.Index(tb.Point(i)); err != nil || got != i {
+				t.Fatalf("continuous: configuration %d indexes as %d (%v)", i, got, err)
 			}
 		}
 		_ = tb.BestFinal()
