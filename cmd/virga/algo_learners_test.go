@@ -153,8 +153,17 @@ func TestAlgoLearnersOnWorkerProcesses(t *testing.T) {
 			_ = w1.Wait()
 			w1 = worker(1)
 			waitRows(total / 2)
+			// The workers are stopped while the coordinator is killed, so
+			// that a test process the machine starves of CPU still kills
+			// it mid-run; they go on (and join the new one) after.
+			for _, w := range []*exec.Cmd{w0, w1} {
+				_ = w.Process.Signal(syscall.SIGSTOP)
+			}
 			_ = coord.Process.Signal(syscall.SIGKILL)
 			_ = coord.Wait()
+			for _, w := range []*exec.Cmd{w0, w1} {
+				defer func() { _ = w.Process.Signal(syscall.SIGCONT) }()
+			}
 			snap, err := readState(ckpt)
 			if err != nil {
 				t.Fatal(err)
@@ -163,6 +172,9 @@ func TestAlgoLearnersOnWorkerProcesses(t *testing.T) {
 				t.Fatalf("the job had read all %d rows when the coordinator was killed; the test wants it mid-run", done)
 			}
 			coord = coordinator()
+			for _, w := range []*exec.Cmd{w0, w1} {
+				_ = w.Process.Signal(syscall.SIGCONT)
+			}
 			for _, w := range []*exec.Cmd{w0, w1} {
 				if err := w.Wait(); err != nil {
 					t.Fatalf("a worker failed: %v", err)
