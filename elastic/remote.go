@@ -31,6 +31,14 @@ package elastic
 // the input and workers that leave early lose only their current shard's
 // unrecorded batch. The number of shards and of passes over each are the
 // coordinator's (Claim tells them), so workers cannot disagree on them.
+//
+// The end: a coordinator whose state is checkpointed (Durable) tells its
+// workers that a shard is done only once a checkpoint records it (Saved):
+// until then a worker that finished waits, as for a shard another holds.
+// A coordinator that dies between a worker's last commit and its next
+// checkpoint resumes from a state in which the shard is not done, and only
+// a worker still there can read the rest of it; a worker that left on the
+// dead instance's word would leave the new one waiting for ever.
 
 import (
 	"bytes"
@@ -65,6 +73,12 @@ type Coordinator struct {
 	// Algorithm, if set, is the name of the algorithm whose state this is:
 	// a worker that joins saying it runs another is refused (409).
 	Algorithm string
+	// Durable, if set, means the state is checkpointed (a restarted
+	// coordinator resumes from the last checkpoint): a shard is done for
+	// the workers (Claim: Done, and no Wait once all are) only once Saved
+	// has been given a state that marks it done. Without it, a shard is
+	// done once the state in memory marks it.
+	Durable bool
 
 	instance string // this coordinator's lifetime, in every worker's calls
 	mu       sync.Mutex
@@ -72,6 +86,7 @@ type Coordinator struct {
 	workers  map[int64]time.Time // last heard from
 	claims   map[int]int64       // shard -> the worker reading it
 	left     int                 // workers that left or whose lease ran out
+	saved    map[string]bool     // the done marks (doneKey) of the last saved state
 
 	routes sync.Once
 	mux    *http.ServeMux
@@ -79,12 +94,36 @@ type Coordinator struct {
 
 // NewCoordinator returns a coordinator of st with no members yet (st's
 // membership follows the workers that join).
+// The shards st marks done are taken as saved: a coordinator starts from a
+// fresh state or from a checkpoint.
 func NewCoordinator(st *MemState) *Coordinator {
 	st.mu.Lock()
 	st.members = 0
+	saved := doneMarks(st.tensors)
 	st.mu.Unlock()
 	return &Coordinator{State: st, workers: map[int64]time.Time{}, claims: map[int]int64{},
-		instance: strconv.FormatInt(time.Now().UnixNano(), 36)}
+		saved: saved, instance: strconv.FormatInt(time.Now().UnixNano(), 36)}
+}
+
+// Saved tells a Durable coordinator that snapshot (a Snapshot of its
+// state) is checkpointed: the shards it marks done are done for the
+// workers, which may then leave.
+func (c *Coordinator) Saved(snapshot map[string]Tensor) {
+	marks := doneMarks(snapshot)
+	c.mu.Lock()
+	c.saved = marks
+	c.mu.Unlock()
+}
+
+// doneMarks is the set of done marks (doneKey) that tensors hold.
+func doneMarks(tensors map[string]Tensor) map[string]bool {
+	marks := map[string]bool{}
+	for k, t := range tensors {
+		if strings.HasPrefix(k, "shard/") && strings.HasSuffix(k, "/done") && len(t) == 1 && t[0] > 0 {
+			marks[k] = true
+		}
+	}
+	return marks
 }
 
 // Left is the number of workers that have left, or whose lease ran out,
@@ -176,8 +215,9 @@ func (c *Coordinator) renew(id int64) bool {
 //	POST /barrier?worker=ID&instance=I
 //	POST /claim?worker=ID&instance=I[&shard=K] -> {"shard": K, "shards": N, "passes": P};
 //	                                   K = -1: none to claim, and "wait": true if other live
-//	                                   workers hold some; with shard=K: that shard, or 409
-//	                                   if another live worker holds it
+//	                                   workers hold some or some are done but not saved
+//	                                   yet; with shard=K: that shard ("done": true if it is
+//	                                   done and saved), or 409 if another live worker holds it
 //	GET  /snapshot                  -> {"tensors": {...}} (a checkpoint of the state)
 //
 // A call of a worker that is not a member, or that joined another instance
@@ -312,7 +352,7 @@ func (c *Coordinator) serveClaim(w http.ResponseWriter, r *http.Request, id int6
 			return
 		}
 	}
-	k, wait, err := c.claim(r.Context(), id, want)
+	k, wait, done, err := c.claim(r.Context(), id, want)
 	if err != nil {
 		code := http.StatusBadRequest
 		if errors.Is(err, ErrHeld) {
@@ -322,7 +362,7 @@ func (c *Coordinator) serveClaim(w http.ResponseWriter, r *http.Request, id int6
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(Claim{Shard: k, Shards: c.Shards, Passes: c.passes(), Wait: wait})
+	_ = json.NewEncoder(w).Encode(Claim{Shard: k, Shards: c.Shards, Passes: c.passes(), Wait: wait, Done: done})
 }
 
 // serveBarrier waits for the barrier; the wait renews the caller's lease
@@ -356,12 +396,16 @@ type joined struct {
 // Claim is the coordinator's answer to a claim: the shard the worker now
 // holds (of Shards, to be read Passes times over), or -1 if none is free;
 // Wait then tells that other live workers hold shards not yet done (one
-// may leave).
+// may leave), or that shards are done but not yet saved (see
+// Coordinator.Durable): the coordinator may still restart from a state in
+// which they are not. Done, for a claim of a given shard, tells that the
+// shard is done and saved: its worker may leave.
 type Claim struct {
 	Shard  int  `json:"shard"`
 	Shards int  `json:"shards"`
 	Passes int  `json:"passes"`
 	Wait   bool `json:"wait,omitempty"`
+	Done   bool `json:"done,omitempty"`
 }
 
 // ErrHeld means a claimed shard is held by another live worker (which may
@@ -369,20 +413,21 @@ type Claim struct {
 var ErrHeld = errors.New("held by another live worker")
 
 // claim gives worker id shard want (-1: the first shard that is neither
-// done nor held by a live worker), releasing the one it held.
-func (c *Coordinator) claim(ctx context.Context, id int64, want int) (shard int, wait bool, err error) {
+// done nor held by a live worker), releasing the one it held; done tells
+// whether shard want is done and saved.
+func (c *Coordinator) claim(ctx context.Context, id int64, want int) (shard int, wait, done bool, err error) {
 	if c.Shards <= 0 {
-		return -1, false, errors.New("this coordinator hands out no shards (start it with the number of shards)")
+		return -1, false, false, errors.New("this coordinator hands out no shards (start it with the number of shards)")
 	}
 	if want >= c.Shards {
-		return -1, false, fmt.Errorf("shard %d: the coordinator's input has %d shards (0 to %d)", want, c.Shards, c.Shards-1)
+		return -1, false, false, fmt.Errorf("shard %d: the coordinator's input has %d shards (0 to %d)", want, c.Shards, c.Shards-1)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if want >= 0 {
 		if holder, ok := c.claims[want]; ok && holder != id {
 			if _, live := c.workers[holder]; live {
-				return -1, false, fmt.Errorf("shard %d: %w (worker %d)", want, ErrHeld, holder)
+				return -1, false, false, fmt.Errorf("shard %d: %w (worker %d)", want, ErrHeld, holder)
 			}
 		}
 	}
@@ -393,15 +438,19 @@ func (c *Coordinator) claim(ctx context.Context, id int64, want int) (shard int,
 	}
 	if want >= 0 {
 		c.claims[want] = id
-		return want, false, nil
+		done, _, err := c.done(ctx, want)
+		return want, false, done, err
 	}
 	for k := range c.Shards {
-		done, err := c.State.Pull(ctx, doneKey(k))
+		done, unsaved, err := c.done(ctx, k)
 		if err != nil {
-			return -1, false, err
+			return -1, false, false, err
 		}
-		if len(done) == 1 && done[0] > 0 {
+		if done || unsaved {
+			// An unsaved shard is no one's to read, but its end is not
+			// certain yet: the workers wait for the checkpoint.
 			delete(c.claims, k)
+			wait = wait || unsaved
 			continue
 		}
 		if holder, ok := c.claims[k]; ok {
@@ -411,9 +460,24 @@ func (c *Coordinator) claim(ctx context.Context, id int64, want int) (shard int,
 			}
 		}
 		c.claims[k] = id
-		return k, false, nil
+		return k, false, false, nil
 	}
-	return -1, wait, nil
+	return -1, wait, false, nil
+}
+
+// done tells whether shard k is done for the workers, and whether it is
+// done in memory only (not saved yet; see Durable). c.mu is held.
+func (c *Coordinator) done(ctx context.Context, k int) (done, unsaved bool, err error) {
+	mark, err := c.State.Pull(ctx, doneKey(k))
+	if err != nil {
+		return false, false, err
+	}
+	inMemory := len(mark) == 1 && mark[0] > 0
+	if !c.Durable {
+		return inMemory, false, nil
+	}
+	saved := c.saved[doneKey(k)]
+	return saved, inMemory && !saved, nil
 }
 
 func encodeTensor(t Tensor) []byte {
@@ -438,6 +502,10 @@ func decodeTensor(b []byte) (Tensor, error) {
 	}
 	return t, nil
 }
+
+// workerTransport carries the calls of the workers that join from now on
+// (nil: http.DefaultTransport); tests pause workers with it.
+var workerTransport http.RoundTripper
 
 // RemoteState is a worker's State on a coordinator.
 type RemoteState struct {
@@ -466,7 +534,7 @@ func Join(ctx context.Context, base, token string) (*RemoteState, error) {
 // JoinAs joins as Join does, as a worker of the named algorithm: a
 // coordinator of another algorithm's state refuses it (ErrOtherAlgorithm).
 func JoinAs(ctx context.Context, base, token, algorithm string) (*RemoteState, error) {
-	r := &RemoteState{base: base, token: token, client: &http.Client{}}
+	r := &RemoteState{base: base, token: token, client: &http.Client{Transport: workerTransport}}
 	var out joined
 	path := "/join"
 	if algorithm != "" {

@@ -761,9 +761,26 @@ func runBound(ctx context.Context, alg elastic.Algorithm, w *elastic.RemoteState
 	if shards > 0 && c.Shards != shards {
 		return fmt.Errorf("--shards %d: the coordinator splits the input into %d shards", shards, c.Shards)
 	}
-	return elastic.RunShardPasses(ctx, alg, w, shard, c.Passes, func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
-		return open(ctx, k, c.Shards, pos)
-	})
+	for !c.Done {
+		err := elastic.RunShardPasses(ctx, alg, w, shard, c.Passes, func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
+			return open(ctx, k, c.Shards, pos)
+		})
+		if err != nil {
+			return err
+		}
+		// The shard is done; the worker leaves once the coordinator has
+		// checkpointed that (if it restarts before, the shard is not done
+		// in the state it resumes from, and this worker reads the rest).
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if c, err = w.ClaimShard(ctx, shard); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // coordinator is a run of `virga algo --serve` (or rank 0 of a gang).
@@ -818,6 +835,10 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 	coord.Algorithm = b.name
 	coord.Shards, coord.Passes = c.shards, max(c.passes, 1)
 	coord.Lease = c.lease
+	// With a checkpoint, a worker leaves only once the end of its shards
+	// is in it: one that left on this process's word, which then died
+	// before checkpointing, would leave the rest of its shard to no one.
+	coord.Durable = c.ckptDir != ""
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
@@ -841,6 +862,7 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 		if err := elastic.WriteCheckpoint(c.ckptDir, elastic.Checkpoint{Algorithm: b.name, Tensors: snap}); err != nil {
 			return err
 		}
+		coord.Saved(snap)
 		if c.report == nil {
 			return nil
 		}
@@ -865,8 +887,12 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 			if err != nil {
 				return err
 			}
-			if err := writeStateIf(c.ckptDir, b.name, st); err != nil {
-				return err
+			if c.ckptDir != "" {
+				snap := st.Snapshot()
+				if err := elastic.WriteCheckpoint(c.ckptDir, elastic.Checkpoint{Algorithm: b.name, Tensors: snap}); err != nil {
+					return err
+				}
+				coord.Saved(snap)
 			}
 			saved, err := save(m)
 			if err != nil {
@@ -952,14 +978,6 @@ func printModel(w io.Writer, m elastic.Model, saved *elastic.SavedModel) {
 	for _, k := range names {
 		fmt.Fprintf(w, "  %s: %.6g\n", k, saved.Params[k])
 	}
-}
-
-// writeStateIf writes st to dir, if there is a dir.
-func writeStateIf(dir, name string, st *elastic.MemState) error {
-	if dir == "" {
-		return nil
-	}
-	return elastic.WriteCheckpoint(dir, elastic.Checkpoint{Algorithm: name, Tensors: st.Snapshot()})
 }
 
 // finalMetrics are a finished run's metrics for the trial: the model's
