@@ -44,8 +44,12 @@ func (d *dying) Next(ctx context.Context) (*Batch, error) {
 }
 
 func startCoordinator(t *testing.T, st *MemState) (*Coordinator, *httptest.Server) {
+	return startCoordinatorLease(t, st, 300*time.Millisecond)
+}
+
+func startCoordinatorLease(t *testing.T, st *MemState, lease time.Duration) (*Coordinator, *httptest.Server) {
 	c := NewCoordinator(st)
-	c.Lease = 300 * time.Millisecond
+	c.Lease = lease
 	srv := httptest.NewServer(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	go c.Run(ctx)
@@ -230,7 +234,10 @@ func TestWorkersClaimShards(t *testing.T) {
 	if err := (Median{}).Initialize(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	coord, srv := startCoordinator(t, st)
+	// A lease long enough that a live worker's heartbeat is not starved
+	// out of it on a loaded machine; the dead worker's shard is taken over
+	// when it ends.
+	coord, srv := startCoordinatorLease(t, st, time.Second)
 	coord.Shards = shards
 	var mu sync.Mutex
 	readers := map[int]map[int64]bool{} // shard -> workers that read it
@@ -270,7 +277,10 @@ func TestWorkersClaimShards(t *testing.T) {
 	}
 	dctx, kill := context.WithCancel(ctx)
 	wg.Add(1)
-	go work(dctx, &dying{after: 250, cancel: kill}) // dies in its second shard
+	go func() {
+		defer kill()                                 // also if it ends otherwise, so that the test goes on
+		work(dctx, &dying{after: 250, cancel: kill}) // dies in its second shard
+	}()
 	time.Sleep(30 * time.Millisecond)
 	wg.Add(1)
 	go work(ctx, nil)
