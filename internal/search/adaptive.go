@@ -173,7 +173,12 @@ func newAdaptive(e *spec.Experiment, seed uint64) (Searcher, error) {
 	case "":
 	case ASHAName, HyperbandName:
 		maxR, eta := s.Int("max_resource", 0), s.Int("reduction_factor", 3)
-		a.stop, err = newRungs(s.Text("mode", "stop"), s.Int("min_resource", spec.DefaultMinResource(maxR, eta)), maxR, eta, s.Stopper == HyperbandName)
+		var st *rungs
+		st, err = newRungs(s.Text("mode", "stop"), s.Int("min_resource", spec.DefaultMinResource(maxR, eta)), maxR, eta, s.Stopper == HyperbandName)
+		if err == nil && s.Text("grace", "fixed") == "adaptive" {
+			err = st.adaptGrace()
+		}
+		a.stop = st
 	case MedianName:
 		a.stop = newMedian(s.Int("min_trials", 5), s.Int("warmup_steps", autoWarmup))
 	case CurveName:

@@ -24,12 +24,19 @@ import (
 // Each new trial joins a bracket in a fixed weighted round robin; Hyperband
 // weighs bracket s (s halvings) by the number of trials it starts with,
 // ceil((s_max+1)/(s+1)) * eta^s. ASHA is the single bracket at min_resource.
+//
+// With an adaptive grace period (ASHA only, grace: adaptive) the ladder
+// goes on below min_resource, down to min_resource/eta^j >= 1, but trials
+// are first judged at min_resource: the rungs below only record values.
+// The first judged rung comes down one rung when the rung below would have
+// promoted every one of the best completed trials (survivesBelow).
 type rungs struct {
 	promoteMode bool
 	eta         int64
 	max         int64     // 0: rungs without end (stop mode only)
 	mins        []int64   // each bracket's first rung
 	weights     []float64 // each bracket's share of new trials
+	adaptive    bool      // grace period adaptive: see survivesBelow
 	st          rungsState
 }
 
@@ -43,6 +50,12 @@ type rungsState struct {
 	Credit []float64 `json:"credit"`
 	// Finishing is the trial finish chose to run to the end, 0 if none.
 	Finishing int64 `json:"finishing,omitempty"`
+	// First is the first rung trials are judged at, with an adaptive grace
+	// period; below it rungs only record values. 0 otherwise.
+	First int `json:"first,omitempty"`
+	// Final holds each completed trial's value at max_resource, with an
+	// adaptive grace period.
+	Final []rungEntry `json:"final,omitempty"`
 	// byTrial is the searcher's records, for promotion; not saved.
 	byTrial map[int64]*record
 	// order holds, per bracket and rung, the indices of the rung's entries
@@ -153,6 +166,22 @@ func newRungs(mode string, minR, maxR, eta int64, hyperband bool) (*rungs, error
 	return s, nil
 }
 
+// adaptGrace makes the grace period of ASHA with max_resource adaptive: the
+// ladder extends below the first rung, min_resource, down to
+// min_resource/eta^j >= 1, and trials are judged from min_resource up
+// until the completed trials show a lower rung would have kept the best.
+func (s *rungs) adaptGrace() error {
+	if len(s.mins) != 1 || s.max == 0 {
+		return fmt.Errorf("grace adaptive needs asha with max_resource")
+	}
+	s.adaptive = true
+	for s.mins[0]%s.eta == 0 && s.mins[0]/s.eta >= 1 {
+		s.mins[0] /= s.eta
+		s.st.First++
+	}
+	return nil
+}
+
 func (s *rungs) fresh() rungsState {
 	return rungsState{Rungs: make([][][]rungEntry, len(s.mins)), Trials: trialRungs{}, Credit: make([]float64, len(s.mins)), byTrial: map[int64]*record{}}
 }
@@ -195,6 +224,9 @@ func (s *rungs) report(r *record, step int64, v float64) Decision {
 	if !ok {
 		t = s.join(r)
 	}
+	if s.adaptive && step >= s.max {
+		s.completed(r.Trial, v)
+	}
 	for {
 		res := s.resource(t.Bracket, t.Next)
 		if res == 0 || step < res {
@@ -209,6 +241,12 @@ func (s *rungs) report(r *record, step int64, v float64) Decision {
 		s.st.Rungs[t.Bracket][k] = rung
 		i := len(rung) - 1
 		place := s.arrived(t.Bracket, k)
+		if k < s.st.First {
+			// Within the grace period: recorded, not judged (marked
+			// promoted, so that no promotion starts from here).
+			rung[i].Promoted = true
+			continue
+		}
 		if !s.promoteMode {
 			if place >= max(1, len(rung)/int(s.eta)) {
 				return Stop
@@ -366,6 +404,64 @@ func (s *rungs) finish() *record {
 }
 
 func (s *rungs) ended(r *record) {}
+
+// graceLevel is the chance, were the values at a rung no guide to the final
+// ones, that the rung would promote every one of the best completed trials
+// checked (1/eta each): below it, the rung is taken to rank them. A search
+// checks once per completed trial, a few dozen to a hundred times.
+const graceLevel = 0.01
+
+// completed records trial id's value at max_resource (once) and lowers the
+// first judged rung while the rung below would have kept the best completed
+// trials.
+func (s *rungs) completed(id int64, v float64) {
+	for _, e := range s.st.Final {
+		if e.Trial == id {
+			return
+		}
+	}
+	s.st.Final = append(s.st.Final, rungEntry{Trial: id, Value: v})
+	for s.st.First > 0 && s.survivesBelow() {
+		s.st.First--
+	}
+}
+
+// survivesBelow reports whether the rung below the first judged one would
+// have promoted each of the best ceil(n/eta) of the n completed trials: each
+// is among the best floor(m/eta) of the m values recorded there. It asks
+// for at least log(graceLevel)/log(1/eta) of them (5 with eta 3), so that a
+// rung whose values say nothing of the final ones passes by chance with
+// probability under graceLevel.
+func (s *rungs) survivesBelow() bool {
+	below := s.st.First - 1
+	if below >= len(s.st.Rungs[0]) {
+		return false
+	}
+	need := int(math.Ceil(math.Log(graceLevel) / math.Log(1/float64(s.eta))))
+	best := int(math.Ceil(float64(len(s.st.Final)) / float64(s.eta)))
+	rung := s.st.Rungs[0][below]
+	top := len(rung) / int(s.eta)
+	if best < need || top == 0 {
+		return false
+	}
+	at := make(map[int64]float64, len(rung))
+	vals := make([]float64, 0, len(rung))
+	for _, e := range rung {
+		at[e.Trial] = e.Value
+		vals = append(vals, e.Value)
+	}
+	slices.SortFunc(vals, cmpFloat)
+	cut := vals[top-1]
+	final := slices.Clone(s.st.Final)
+	slices.SortStableFunc(final, func(a, b rungEntry) int { return cmpFloat(a.Value, b.Value) })
+	for _, e := range final[:best] {
+		x, ok := at[e.Trial]
+		if !ok || !(x <= cut) {
+			return false
+		}
+	}
+	return true
+}
 
 func (s *rungs) save() (json.RawMessage, error) {
 	return json.Marshal(s.st)

@@ -499,7 +499,7 @@ func TestSearcherAuto(t *testing.T) {
 		{"auto", Searcher{Name: "auto", Sampler: "random", Stopper: "asha"}},
 		{"{name: auto}", Searcher{Name: "auto", Sampler: "random", Stopper: "asha"}},
 		{"{name: auto, max_resource: 27}", Searcher{Name: "auto", Sampler: "random", Stopper: "asha",
-			Settings: map[string]any{"max_resource": int64(27), "mode": "promote"}}},
+			Settings: map[string]any{"max_resource": int64(27), "mode": "promote", "grace": "adaptive"}}},
 	} {
 		e, err := Parse("s.yaml", []byte(head+"searcher: "+tt.searcher+"\n"))
 		if err != nil {
@@ -518,6 +518,29 @@ func TestSearcherAuto(t *testing.T) {
 		"{name: auto, max_resource: 0}":   "searcher.max_resource: must be >= 1",
 		"{name: auto, threshold: 0.1}":    `unknown setting "threshold" for searcher auto (allowed: max_resource)`,
 		"{name: auto, max_resource: two}": "searcher.max_resource: expected an integer",
+	} {
+		_, err := Parse("s.yaml", []byte(head+"searcher: "+searcher+"\n"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("searcher: %s: error %v, want one containing %q", searcher, err, want)
+		}
+	}
+}
+
+// TestSearcherGrace: asha takes grace fixed or adaptive; adaptive needs
+// max_resource, the step at which completed trials' final values are known.
+func TestSearcherGrace(t *testing.T) {
+	const head = "name: x\nobjective: loss\nhyperparameters: {lr: {type: float, min: 0.001, max: 0.1, log: true}}\n"
+	e, err := Parse("s.yaml", []byte(head+"searcher: {sampler: random, stopper: asha, max_resource: 27, grace: adaptive}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := e.Searcher.Text("grace", "fixed"); g != "adaptive" {
+		t.Errorf("grace %q, want adaptive", g)
+	}
+	for searcher, want := range map[string]string{
+		"{sampler: random, stopper: asha, grace: adaptive}":                        "max_resource",
+		"{sampler: random, stopper: asha, max_resource: 27, grace: sometimes}":     "adaptive",
+		"{sampler: random, stopper: hyperband, max_resource: 27, grace: adaptive}": `unknown setting "grace"`,
 	} {
 		_, err := Parse("s.yaml", []byte(head+"searcher: "+searcher+"\n"))
 		if err == nil || !strings.Contains(err.Error(), want) {
