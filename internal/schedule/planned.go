@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -45,11 +46,25 @@ type plan struct {
 	key  planKey
 	k, w int // horizon: ticks left and work left (in ticks) covered
 	o    int // restart overhead in ticks
-	ns   int // node states: none, spot with 0..o overhead left, on-demand with 0..o left
-	// dec[((k*(w+1)+w)*ns+s)*2+u] is the decision; inf marks states from
-	// which the deadline cannot be met even on on-demand.
-	dec []Instance
-	inf []bool
+	ns   int // node states with spot up: none, spot with 0..o overhead left, on-demand with 0..o left
+	nd   int // node states with spot down: none, on-demand with 0..o overhead left
+	// edges are the first outage ages (in ticks) of the age bands the
+	// plan tells apart.
+	edges  []int
+	stride int // states per (ticks left, work left): ns + nd*len(edges)
+	// dec[(k*(w+1)+w)*stride+i] is the decision in state i, with
+	// planInf set on states from which the deadline cannot be met even on
+	// on-demand.
+	dec []uint8
+}
+
+// planInf marks a state of a plan from which the deadline cannot be met.
+const planInf = 4
+
+// band returns the age band of an outage age ticks old.
+func (pl *plan) band(age int) int {
+	b, _ := slices.BinarySearch(pl.edges, age+1)
+	return max(b-1, 0)
 }
 
 // Decide implements Policy.
@@ -63,23 +78,25 @@ func (p *Planned) Decide(j *Job) Instance {
 		return OnDemand
 	}
 	pl := p.plan(j, k, w)
-	o := int((j.Starting + j.Tick - 1) / j.Tick)
-	s := 0
-	switch j.Running {
-	case Spot:
-		s = 1 + min(o, pl.o)
-	case OnDemand:
-		s = pl.o + 2 + min(o, pl.o)
+	o := min(int((j.Starting+j.Tick-1)/j.Tick), pl.o)
+	i := 0
+	switch {
+	case j.SpotUp && j.Running == Spot:
+		i = 1 + o
+	case j.SpotUp && j.Running == OnDemand:
+		i = pl.o + 2 + o
+	case !j.SpotUp:
+		d := 0
+		if j.Running == OnDemand {
+			d = 1 + o
+		}
+		i = pl.ns + pl.band(int(j.DownFor/j.Tick))*pl.nd + d
 	}
-	u := 0
-	if j.SpotUp {
-		u = 1
-	}
-	i := ((k*(pl.w+1)+w)*pl.ns+s)*2 + u
-	if pl.inf[i] {
+	c := pl.dec[(k*(pl.w+1)+w)*pl.stride+i]
+	if c&planInf != 0 {
 		return OnDemand
 	}
-	return pl.dec[i]
+	return Instance(c)
 }
 
 // plan returns a plan covering k ticks and w work ticks for j's pool.
@@ -110,6 +127,10 @@ func (p *Planned) plan(j *Job, k, w int) *plan {
 	return pl
 }
 
+// maxAge bounds, in ticks, the outage ages a plan tells apart: older
+// outages share the last band.
+const maxAge = 1024
+
 // solve computes the plan by backward induction over the ticks left.
 func solve(key planKey, K, W int) *plan {
 	tick := key.tick
@@ -117,13 +138,12 @@ func solve(key planKey, K, W int) *plan {
 	if key.overhead > 0 {
 		o = max(1, int(math.Ceil(float64(key.overhead)/float64(tick))))
 	}
-	ns := 2*o + 3
-	pl := &plan{key: key, k: K, w: W, o: o, ns: ns}
-	n := (K + 1) * (W + 1) * ns * 2
-	pl.dec = make([]Instance, n)
-	pl.inf = make([]bool, n)
+	ns, nd := 2*o+3, o+2
 
-	// Availability chain per tick.
+	// Availability per tick: capacity up stays up with probability stayUp
+	// (memoryless); an outage ends with a probability that depends on
+	// how long it has lasted, ret[b] for ages in band b (memoryless
+	// without a measured distribution of outages).
 	stayUp, stayDown := 0.0, 1.0
 	switch {
 	case key.pool.MeanUp > 0:
@@ -136,13 +156,29 @@ func solve(key planKey, K, W int) *plan {
 	} else if key.pool.Available > 0 {
 		stayDown = 0
 	}
-	pUp := [2]float64{1 - stayDown, stayUp} // P(up next | down now), P(up next | up now)
+	edges, ret := []int{0}, []float64{1 - stayDown}
+	if out := key.pool.Outages; out != nil && stayDown > 0 && stayDown < 1 {
+		longest := int(out.lengths[len(out.lengths)-1] / tick)
+		edges = ageEdges(min(max(longest, 1), maxAge, K))
+		ret = out.returnRates(tick, edges, 1-stayDown)
+	}
+	// adv[b] is the chance per tick that an outage in band b moves on to
+	// the next band (the reciprocal of the band's width; none from the
+	// last).
+	adv := make([]float64, len(edges))
+	for b := 0; b+1 < len(edges); b++ {
+		adv[b] = 1 / float64(edges[b+1]-edges[b])
+	}
+
+	stride := ns + nd*len(edges)
+	pl := &plan{key: key, k: K, w: W, o: o, ns: ns, nd: nd, edges: edges, stride: stride}
+	pl.dec = make([]uint8, (K+1)*(W+1)*stride)
+
 	// Work a preemption throws away, in ticks, on average.
 	loss := int(math.Round(float64(key.checkpoint) / 2 / float64(tick)))
 	cost := [3]float64{0, key.spot * tick.Hours(), key.onDemand * tick.Hours()}
 	inf := math.Inf(1)
 
-	stride := ns * 2
 	prev := make([]float64, (W+1)*stride) // values with k-1 ticks left
 	cur := make([]float64, (W+1)*stride)
 	for i := stride; i < len(prev); i++ {
@@ -159,38 +195,51 @@ func solve(key planKey, K, W int) *plan {
 		}
 		return p*a + (1-p)*b
 	}
-	val := func(v []float64, w, s, u int) float64 {
+	// up and down return the values with k-1 ticks left: spot up in node
+	// state s; spot down in node state d, in age band b.
+	up := func(w, s int) float64 {
 		if w <= 0 {
 			return 0
 		}
-		return v[(w*ns+s)*2+u]
+		return prev[w*stride+s]
 	}
-	// next returns the expected value after running inst (1 spot, 2
-	// on-demand) with ov overhead ticks left from work w.
-	next := func(inst Instance, ov, w, u int) float64 {
-		w2, ov2 := w, ov
-		if ov > 0 {
-			ov2--
-		} else {
-			w2--
-		}
-		if w2 <= 0 {
+	down := func(w, d, b int) float64 {
+		if w <= 0 {
 			return 0
 		}
-		base := 1 // spot states 1..o+1
-		if inst == OnDemand {
-			base = o + 2
+		return prev[w*stride+ns+b*nd+d]
+	}
+	// downNext is the value of an outage in band b going on one more tick.
+	downNext := func(w, d, b int) float64 {
+		if w <= 0 {
+			return 0
 		}
-		s2 := base + ov2
-		up := pUp[u]
-		if inst == Spot {
-			// Preempted if capacity goes: back to no node, with lost work.
-			return mix(up, val(prev, w2, s2, 1), val(prev, min(w2+loss, W), 0, 0))
+		if adv[b] == 0 {
+			return down(w, d, b)
 		}
-		return mix(up, val(prev, w2, s2, 1), val(prev, w2, s2, 0))
+		return mix(adv[b], down(w, d, b+1), down(w, d, b))
+	}
+	// step returns the work left and overhead left after a tick on a node
+	// with ov overhead ticks left.
+	step := func(w, ov int) (int, int) {
+		if ov > 0 {
+			return w, ov - 1
+		}
+		return w - 1, 0
 	}
 	for k := 1; k <= K; k++ {
 		for w := 1; w <= W; w++ {
+			row := w * stride
+			grow := (k*(W+1) + w) * stride
+			set := func(i int, best float64, dec Instance) {
+				cur[row+i] = best
+				c := uint8(dec)
+				if math.IsInf(best, 1) {
+					c |= planInf
+				}
+				pl.dec[grow+i] = c
+			}
+			// Spot up, node state s.
 			for s := 0; s < ns; s++ {
 				held, ov := None, 0
 				switch {
@@ -199,29 +248,56 @@ func solve(key planKey, K, W int) *plan {
 				case s >= o+2:
 					held, ov = OnDemand, s-o-2
 				}
-				for u := 0; u < 2; u++ {
-					// Waiting.
-					best, dec := mix(pUp[u], val(prev, w, 0, 1), val(prev, w, 0, 0)), None
-					for _, inst := range [2]Instance{Spot, OnDemand} {
-						if inst == Spot && u == 0 {
-							continue
-						}
-						start := ov
-						if held != inst {
-							start = o
-						}
-						v := cost[inst] + next(inst, start, w, u)
-						// On a tie, running on spot beats waiting: it
-						// costs no more and finishes sooner.
-						if v < best || inst == Spot && v <= best {
-							best, dec = v, inst
-						}
+				// Waiting.
+				best, dec := mix(stayUp, up(w, 0), down(w, 0, 0)), None
+				// Spot: preempted if capacity goes, back to no node with
+				// the lost work.
+				start := o
+				if held == Spot {
+					start = ov
+				}
+				w2, ov2 := step(w, start)
+				v := cost[Spot]
+				if w2 > 0 {
+					v += mix(stayUp, up(w2, 1+ov2), down(min(w2+loss, W), 0, 0))
+				}
+				// On a tie, running on spot beats waiting: it costs no
+				// more and finishes sooner.
+				if v <= best {
+					best, dec = v, Spot
+				}
+				start = o
+				if held == OnDemand {
+					start = ov
+				}
+				w2, ov2 = step(w, start)
+				v = cost[OnDemand]
+				if w2 > 0 {
+					v += mix(stayUp, up(w2, o+2+ov2), down(w2, 1+ov2, 0))
+				}
+				if v < best {
+					best, dec = v, OnDemand
+				}
+				set(s, best, dec)
+			}
+			// Spot down, age band b, node state d.
+			for b := range edges {
+				r := ret[b]
+				for d := 0; d < nd; d++ {
+					best, dec := mix(r, up(w, 0), downNext(w, 0, b)), None
+					start := o
+					if d > 0 {
+						start = d - 1
 					}
-					i := (w*ns+s)*2 + u
-					cur[i] = best
-					gi := ((k*(W+1)+w)*ns+s)*2 + u
-					pl.dec[gi] = dec
-					pl.inf[gi] = math.IsInf(best, 1)
+					w2, ov2 := step(w, start)
+					v := cost[OnDemand]
+					if w2 > 0 {
+						v += mix(r, up(w2, o+2+ov2), downNext(w2, 1+ov2, b))
+					}
+					if v < best {
+						best, dec = v, OnDemand
+					}
+					set(ns+b*nd+d, best, dec)
 				}
 			}
 		}

@@ -81,6 +81,12 @@ func RunJob(p schedule.Policy, up []bool, tick time.Duration, start int, cfg Job
 	if cfg.Horizon > 0 {
 		limit = cfg.Horizon
 	}
+	// The outage under way at the start began before the job, as the
+	// pool's history tells.
+	downFrom := start
+	for downFrom > 0 && !up[downFrom-1] {
+		downFrom--
+	}
 	for i := start; ; i++ {
 		j.Elapsed = time.Duration(i-start) * tick
 		if j.Elapsed > limit {
@@ -89,6 +95,12 @@ func RunJob(p schedule.Policy, up []bool, tick time.Duration, start int, cfg Job
 			return res, nil
 		}
 		j.SpotUp = i < len(up) && up[i]
+		j.DownFor = 0
+		if j.SpotUp {
+			downFrom = i + 1
+		} else {
+			j.DownFor = time.Duration(i-downFrom) * tick
+		}
 		if j.Running == schedule.Spot && !j.SpotUp {
 			// Reclaimed at the start of this tick: the unsaved work is lost.
 			res.Preemptions++
@@ -143,6 +155,7 @@ func StatsOf(up []bool, tick time.Duration) schedule.PoolStats {
 		return s
 	}
 	var nUp, upRuns, downRuns int
+	var outages []time.Duration // lengths of the outages
 	for i, u := range up {
 		if u {
 			nUp++
@@ -152,9 +165,14 @@ func StatsOf(up []bool, tick time.Duration) schedule.PoolStats {
 				upRuns++
 			} else {
 				downRuns++
+				outages = append(outages, 0)
 			}
 		}
+		if !u {
+			outages[len(outages)-1] += tick
+		}
 	}
+	s.Outages = schedule.NewOutages(outages)
 	s.Available = float64(nUp) / float64(len(up))
 	if upRuns > 0 {
 		s.MeanUp = time.Duration(float64(nUp) / float64(upRuns) * float64(tick))
