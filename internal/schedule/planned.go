@@ -46,8 +46,12 @@ type plan struct {
 	key  planKey
 	k, w int // horizon: ticks left and work left (in ticks) covered
 	o    int // restart overhead in ticks
-	ns   int // node states with spot up: none, spot with 0..o overhead left, on-demand with 0..o left
-	nd   int // node states with spot down: none, on-demand with 0..o overhead left
+	nc   int // work unsaved on spot, in ticks: 0..nc-1
+	// ns is the number of node states with spot up: none; spot with
+	// 1..o overhead ticks left; spot with no overhead left and 0..nc-1
+	// ticks of work unsaved; on-demand with 0..o overhead ticks left.
+	ns int
+	nd int // node states with spot down: none, on-demand with 0..o overhead left
 	// edges are the first outage ages (in ticks) of the age bands the
 	// plan tells apart.
 	edges  []int
@@ -81,10 +85,12 @@ func (p *Planned) Decide(j *Job) Instance {
 	o := min(int((j.Starting+j.Tick-1)/j.Tick), pl.o)
 	i := 0
 	switch {
+	case j.SpotUp && j.Running == Spot && o > 0:
+		i = o
 	case j.SpotUp && j.Running == Spot:
-		i = 1 + o
+		i = pl.o + 1 + min(int((j.Unsaved+j.Tick/2)/j.Tick), pl.nc-1)
 	case j.SpotUp && j.Running == OnDemand:
-		i = pl.o + 2 + o
+		i = pl.o + 1 + pl.nc + o
 	case !j.SpotUp:
 		d := 0
 		if j.Running == OnDemand {
@@ -138,7 +144,17 @@ func solve(key planKey, K, W int) *plan {
 	if key.overhead > 0 {
 		o = max(1, int(math.Ceil(float64(key.overhead)/float64(tick))))
 	}
-	ns, nd := 2*o+3, o+2
+	// Work a preemption throws away: what was done since the last
+	// checkpoint, tracked in whole ticks.
+	nc := 1
+	if key.checkpoint > 0 {
+		nc = max(1, int(math.Round(float64(key.checkpoint)/float64(tick))))
+	}
+	ns, nd := 2*o+2+nc, o+2
+	// Up states: spot with ov > 0 overhead ticks left is ov; spot with
+	// none left and u ticks unsaved is spotRun+u; on-demand with ov left
+	// is od+ov.
+	spotRun, od := o+1, o+1+nc
 
 	// Availability per tick: capacity up stays up with probability stayUp
 	// (memoryless); an outage ends with a probability that depends on
@@ -171,11 +187,9 @@ func solve(key planKey, K, W int) *plan {
 	}
 
 	stride := ns + nd*len(edges)
-	pl := &plan{key: key, k: K, w: W, o: o, ns: ns, nd: nd, edges: edges, stride: stride}
+	pl := &plan{key: key, k: K, w: W, o: o, nc: nc, ns: ns, nd: nd, edges: edges, stride: stride}
 	pl.dec = make([]uint8, (K+1)*(W+1)*stride)
 
-	// Work a preemption throws away, in ticks, on average.
-	loss := int(math.Round(float64(key.checkpoint) / 2 / float64(tick)))
 	cost := [3]float64{0, key.spot * tick.Hours(), key.onDemand * tick.Hours()}
 	inf := math.Inf(1)
 
@@ -241,25 +255,34 @@ func solve(key planKey, K, W int) *plan {
 			}
 			// Spot up, node state s.
 			for s := 0; s < ns; s++ {
-				held, ov := None, 0
+				held, ov, unsaved := None, 0, 0
 				switch {
-				case s >= 1 && s <= o+1:
-					held, ov = Spot, s-1
-				case s >= o+2:
-					held, ov = OnDemand, s-o-2
+				case s >= 1 && s < spotRun:
+					held, ov = Spot, s
+				case s >= spotRun && s < od:
+					held, unsaved = Spot, s-spotRun
+				case s >= od:
+					held, ov = OnDemand, s-od
 				}
 				// Waiting.
 				best, dec := mix(stayUp, up(w, 0), down(w, 0, 0)), None
 				// Spot: preempted if capacity goes, back to no node with
 				// the lost work.
-				start := o
+				start, u2 := o, 0
 				if held == Spot {
-					start = ov
+					start, u2 = ov, unsaved
 				}
 				w2, ov2 := step(w, start)
+				s2 := ov2
+				if ov2 == 0 {
+					if start == 0 && nc > 1 {
+						u2 = (u2 + 1) % nc
+					}
+					s2 = spotRun + u2
+				}
 				v := cost[Spot]
 				if w2 > 0 {
-					v += mix(stayUp, up(w2, 1+ov2), down(min(w2+loss, W), 0, 0))
+					v += mix(stayUp, up(w2, s2), down(min(w2+u2, W), 0, 0))
 				}
 				// On a tie, running on spot beats waiting: it costs no
 				// more and finishes sooner.
@@ -273,7 +296,7 @@ func solve(key planKey, K, W int) *plan {
 				w2, ov2 = step(w, start)
 				v = cost[OnDemand]
 				if w2 > 0 {
-					v += mix(stayUp, up(w2, o+2+ov2), down(w2, 1+ov2, 0))
+					v += mix(stayUp, up(w2, od+ov2), down(w2, 1+ov2, 0))
 				}
 				if v < best {
 					best, dec = v, OnDemand
@@ -292,7 +315,7 @@ func solve(key planKey, K, W int) *plan {
 					w2, ov2 := step(w, start)
 					v := cost[OnDemand]
 					if w2 > 0 {
-						v += mix(r, up(w2, o+2+ov2), downNext(w2, 1+ov2, b))
+						v += mix(r, up(w2, od+ov2), downNext(w2, 1+ov2, b))
 					}
 					if v < best {
 						best, dec = v, OnDemand
