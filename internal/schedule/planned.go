@@ -52,22 +52,25 @@ type plan struct {
 	// ticks of work unsaved; on-demand with 0..o overhead ticks left.
 	ns int
 	nd int // node states with spot down: none, on-demand with 0..o overhead left
-	// edges are the first outage ages (in ticks) of the age bands the
-	// plan tells apart.
-	edges  []int
-	stride int // states per (ticks left, work left): ns + nd*len(edges)
-	// dec[(k*(w+1)+w)*stride+i] is the decision in state i, with
-	// planInf set on states from which the deadline cannot be met even on
-	// on-demand.
+	// upEdges and downEdges are the first ages (in ticks) of the age
+	// bands of up periods and outages the plan tells apart.
+	upEdges, downEdges []int
+	stride             int // states per (ticks left, work left): ns*len(upEdges) + nd*len(downEdges)
+	// dec holds the decision in state i at (k, w), two bits at position
+	// (k*(w+1)+w)*stride+i; a state from which the deadline cannot be met
+	// even on on-demand holds OnDemand.
 	dec []uint8
 }
 
-// planInf marks a state of a plan from which the deadline cannot be met.
-const planInf = 4
+// get returns the decision at position n.
+func (pl *plan) get(n int) Instance { return Instance(pl.dec[n/4] >> (2 * (n % 4)) & 3) }
 
-// band returns the age band of an outage age ticks old.
-func (pl *plan) band(age int) int {
-	b, _ := slices.BinarySearch(pl.edges, age+1)
+// put sets the decision at position n.
+func (pl *plan) put(n int, d Instance) { pl.dec[n/4] |= uint8(d) << (2 * (n % 4)) }
+
+// band returns the band of edges that an age ticks old falls in.
+func band(edges []int, age int) int {
+	b, _ := slices.BinarySearch(edges, age+1)
 	return max(b-1, 0)
 }
 
@@ -91,18 +94,17 @@ func (p *Planned) Decide(j *Job) Instance {
 		i = pl.o + 1 + min(int((j.Unsaved+j.Tick/2)/j.Tick), pl.nc-1)
 	case j.SpotUp && j.Running == OnDemand:
 		i = pl.o + 1 + pl.nc + o
-	case !j.SpotUp:
+	}
+	if j.SpotUp {
+		i += band(pl.upEdges, int(j.UpFor/j.Tick)) * pl.ns
+	} else {
 		d := 0
 		if j.Running == OnDemand {
 			d = 1 + o
 		}
-		i = pl.ns + pl.band(int(j.DownFor/j.Tick))*pl.nd + d
+		i = pl.ns*len(pl.upEdges) + band(pl.downEdges, int(j.DownFor/j.Tick))*pl.nd + d
 	}
-	c := pl.dec[(k*(pl.w+1)+w)*pl.stride+i]
-	if c&planInf != 0 {
-		return OnDemand
-	}
-	return Instance(c)
+	return pl.get((k*(pl.w+1)+w)*pl.stride + i)
 }
 
 // plan returns a plan covering k ticks and w work ticks for j's pool.
@@ -133,9 +135,34 @@ func (p *Planned) plan(j *Job, k, w int) *plan {
 	return pl
 }
 
-// maxAge bounds, in ticks, the outage ages a plan tells apart: older
-// outages share the last band.
-const maxAge = 1024
+// maxDownAge and maxUpAge bound, in ticks, the ages of outages and of up
+// periods a plan tells apart: older ones share the last band.
+const (
+	maxDownAge = 1024
+	maxUpAge   = 16
+)
+
+// bands returns the age bands a plan tells apart for periods of the given
+// lengths (nil: memoryless, one band) and their end rates per tick, with
+// prior the memoryless end rate.
+func bands(ps *Periods, tick time.Duration, limit int, prior float64) ([]int, []float64) {
+	if ps == nil || prior <= 0 || prior >= 1 {
+		return []int{0}, []float64{prior}
+	}
+	longest := int(ps.lengths[len(ps.lengths)-1] / tick)
+	edges := ageEdges(min(max(longest, 1), limit))
+	return edges, ps.endRates(tick, edges, prior)
+}
+
+// advance returns, for each band of edges, the chance per tick of moving on
+// to the next band (the reciprocal of the band's width; none from the last).
+func advance(edges []int) []float64 {
+	adv := make([]float64, len(edges))
+	for b := 0; b+1 < len(edges); b++ {
+		adv[b] = 1 / float64(edges[b+1]-edges[b])
+	}
+	return adv
+}
 
 // solve computes the plan by backward induction over the ticks left.
 func solve(key planKey, K, W int) *plan {
@@ -156,10 +183,10 @@ func solve(key planKey, K, W int) *plan {
 	// is od+ov.
 	spotRun, od := o+1, o+1+nc
 
-	// Availability per tick: capacity up stays up with probability stayUp
-	// (memoryless); an outage ends with a probability that depends on
-	// how long it has lasted, ret[b] for ages in band b (memoryless
-	// without a measured distribution of outages).
+	// Availability per tick: an up period ends with a probability that
+	// depends on how long it has lasted, fall[c] for ages in band c; an
+	// outage ends with probability ret[b] for ages in band b (memoryless
+	// without measured distributions of their lengths).
 	stayUp, stayDown := 0.0, 1.0
 	switch {
 	case key.pool.MeanUp > 0:
@@ -172,23 +199,14 @@ func solve(key planKey, K, W int) *plan {
 	} else if key.pool.Available > 0 {
 		stayDown = 0
 	}
-	edges, ret := []int{0}, []float64{1 - stayDown}
-	if out := key.pool.Outages; out != nil && stayDown > 0 && stayDown < 1 {
-		longest := int(out.lengths[len(out.lengths)-1] / tick)
-		edges = ageEdges(min(max(longest, 1), maxAge, K))
-		ret = out.returnRates(tick, edges, 1-stayDown)
-	}
-	// adv[b] is the chance per tick that an outage in band b moves on to
-	// the next band (the reciprocal of the band's width; none from the
-	// last).
-	adv := make([]float64, len(edges))
-	for b := 0; b+1 < len(edges); b++ {
-		adv[b] = 1 / float64(edges[b+1]-edges[b])
-	}
+	downEdges, ret := bands(key.pool.Outages, tick, min(maxDownAge, K), 1-stayDown)
+	upEdges, fall := bands(key.pool.UpPeriods, tick, min(maxUpAge, K), 1-stayUp)
+	adv, advUp := advance(downEdges), advance(upEdges)
+	nu := ns * len(upEdges) // up states
 
-	stride := ns + nd*len(edges)
-	pl := &plan{key: key, k: K, w: W, o: o, nc: nc, ns: ns, nd: nd, edges: edges, stride: stride}
-	pl.dec = make([]uint8, (K+1)*(W+1)*stride)
+	stride := nu + nd*len(downEdges)
+	pl := &plan{key: key, k: K, w: W, o: o, nc: nc, ns: ns, nd: nd, upEdges: upEdges, downEdges: downEdges, stride: stride}
+	pl.dec = make([]uint8, ((K+1)*(W+1)*stride+3)/4)
 
 	cost := [3]float64{0, key.spot * tick.Hours(), key.onDemand * tick.Hours()}
 	inf := math.Inf(1)
@@ -210,28 +228,33 @@ func solve(key planKey, K, W int) *plan {
 		return p*a + (1-p)*b
 	}
 	// up and down return the values with k-1 ticks left: spot up in node
-	// state s; spot down in node state d, in age band b.
-	up := func(w, s int) float64 {
+	// state s, its up period in age band c; spot down in node state d, the
+	// outage in age band b.
+	up := func(w, s, c int) float64 {
 		if w <= 0 {
 			return 0
 		}
-		return prev[w*stride+s]
+		return prev[w*stride+c*ns+s]
 	}
 	down := func(w, d, b int) float64 {
 		if w <= 0 {
 			return 0
 		}
-		return prev[w*stride+ns+b*nd+d]
+		return prev[w*stride+nu+b*nd+d]
 	}
-	// downNext is the value of an outage in band b going on one more tick.
+	// upNext and downNext are the values of an up period in band c, or an
+	// outage in band b, going on one more tick.
+	upNext := func(w, s, c int) float64 {
+		if w <= 0 {
+			return 0
+		}
+		return mix(advUp[c], up(w, s, min(c+1, len(upEdges)-1)), up(w, s, c))
+	}
 	downNext := func(w, d, b int) float64 {
 		if w <= 0 {
 			return 0
 		}
-		if adv[b] == 0 {
-			return down(w, d, b)
-		}
-		return mix(adv[b], down(w, d, b+1), down(w, d, b))
+		return mix(adv[b], down(w, d, min(b+1, len(downEdges)-1)), down(w, d, b))
 	}
 	// step returns the work left and overhead left after a tick on a node
 	// with ov overhead ticks left.
@@ -247,67 +270,69 @@ func solve(key planKey, K, W int) *plan {
 			grow := (k*(W+1) + w) * stride
 			set := func(i int, best float64, dec Instance) {
 				cur[row+i] = best
-				c := uint8(dec)
 				if math.IsInf(best, 1) {
-					c |= planInf
+					dec = OnDemand // the deadline is out of reach
 				}
-				pl.dec[grow+i] = c
+				pl.put(grow+i, dec)
 			}
-			// Spot up, node state s.
-			for s := 0; s < ns; s++ {
-				held, ov, unsaved := None, 0, 0
-				switch {
-				case s >= 1 && s < spotRun:
-					held, ov = Spot, s
-				case s >= spotRun && s < od:
-					held, unsaved = Spot, s-spotRun
-				case s >= od:
-					held, ov = OnDemand, s-od
-				}
-				// Waiting.
-				best, dec := mix(stayUp, up(w, 0), down(w, 0, 0)), None
-				// Spot: preempted if capacity goes, back to no node with
-				// the lost work.
-				start, u2 := o, 0
-				if held == Spot {
-					start, u2 = ov, unsaved
-				}
-				w2, ov2 := step(w, start)
-				s2 := ov2
-				if ov2 == 0 {
-					if start == 0 && nc > 1 {
-						u2 = (u2 + 1) % nc
+			// Spot up, its up period in band c, node state s.
+			for c := range upEdges {
+				stay := 1 - fall[c]
+				for s := 0; s < ns; s++ {
+					held, ov, unsaved := None, 0, 0
+					switch {
+					case s >= 1 && s < spotRun:
+						held, ov = Spot, s
+					case s >= spotRun && s < od:
+						held, unsaved = Spot, s-spotRun
+					case s >= od:
+						held, ov = OnDemand, s-od
 					}
-					s2 = spotRun + u2
+					// Waiting.
+					best, dec := mix(stay, upNext(w, 0, c), down(w, 0, 0)), None
+					// Spot: preempted if capacity goes, back to no node
+					// with the work unsaved lost.
+					start, u2 := o, 0
+					if held == Spot {
+						start, u2 = ov, unsaved
+					}
+					w2, ov2 := step(w, start)
+					s2 := ov2
+					if ov2 == 0 {
+						if start == 0 && nc > 1 {
+							u2 = (u2 + 1) % nc
+						}
+						s2 = spotRun + u2
+					}
+					v := cost[Spot]
+					if w2 > 0 {
+						v += mix(stay, upNext(w2, s2, c), down(min(w2+u2, W), 0, 0))
+					}
+					// On a tie, running on spot beats waiting: it costs no
+					// more and finishes sooner.
+					if v <= best {
+						best, dec = v, Spot
+					}
+					start = o
+					if held == OnDemand {
+						start = ov
+					}
+					w2, ov2 = step(w, start)
+					v = cost[OnDemand]
+					if w2 > 0 {
+						v += mix(stay, upNext(w2, od+ov2, c), down(w2, 1+ov2, 0))
+					}
+					if v < best {
+						best, dec = v, OnDemand
+					}
+					set(c*ns+s, best, dec)
 				}
-				v := cost[Spot]
-				if w2 > 0 {
-					v += mix(stayUp, up(w2, s2), down(min(w2+u2, W), 0, 0))
-				}
-				// On a tie, running on spot beats waiting: it costs no
-				// more and finishes sooner.
-				if v <= best {
-					best, dec = v, Spot
-				}
-				start = o
-				if held == OnDemand {
-					start = ov
-				}
-				w2, ov2 = step(w, start)
-				v = cost[OnDemand]
-				if w2 > 0 {
-					v += mix(stayUp, up(w2, od+ov2), down(w2, 1+ov2, 0))
-				}
-				if v < best {
-					best, dec = v, OnDemand
-				}
-				set(s, best, dec)
 			}
-			// Spot down, age band b, node state d.
-			for b := range edges {
+			// Spot down, the outage in band b, node state d.
+			for b := range downEdges {
 				r := ret[b]
 				for d := 0; d < nd; d++ {
-					best, dec := mix(r, up(w, 0), downNext(w, 0, b)), None
+					best, dec := mix(r, up(w, 0, 0), downNext(w, 0, b)), None
 					start := o
 					if d > 0 {
 						start = d - 1
@@ -315,12 +340,12 @@ func solve(key planKey, K, W int) *plan {
 					w2, ov2 := step(w, start)
 					v := cost[OnDemand]
 					if w2 > 0 {
-						v += mix(r, up(w2, od+ov2), downNext(w2, 1+ov2, b))
+						v += mix(r, up(w2, od+ov2, 0), downNext(w2, 1+ov2, b))
 					}
 					if v < best {
 						best, dec = v, OnDemand
 					}
-					set(ns+b*nd+d, best, dec)
+					set(nu+b*nd+d, best, dec)
 				}
 			}
 		}

@@ -31,10 +31,10 @@ func meanOf(ls []time.Duration) time.Duration {
 // gets long when most outages are short and a few very long.
 func TestOutageReturnRateFallsWithAge(t *testing.T) {
 	ls := longTailed()
-	out := NewOutages(ls)
+	out := NewPeriods(ls)
 	tick := 10 * time.Minute
 	edges := ageEdges(60)
-	rates := out.returnRates(tick, edges, float64(tick)/float64(meanOf(ls)))
+	rates := out.endRates(tick, edges, float64(tick)/float64(meanOf(ls)))
 	// At age 0 nineteen outages in twenty end within the tick.
 	if rates[0] < 0.8 {
 		t.Errorf("return rate at age 0: %.3f, want most outages to end", rates[0])
@@ -69,7 +69,7 @@ func TestAgeEdges(t *testing.T) {
 // same mean outage would still wait.
 func TestPlannedLeavesALongOutage(t *testing.T) {
 	ls := longTailed()
-	pool := PoolStats{Available: 0.9, MeanUp: 6 * time.Hour, MeanDown: meanOf(ls), Outages: NewOutages(ls)}
+	pool := PoolStats{Available: 0.9, MeanUp: 6 * time.Hour, MeanDown: meanOf(ls), Outages: NewPeriods(ls)}
 	j := job(9*time.Hour, time.Hour, None, false)
 	j.Pool = pool
 	p := &Planned{}
