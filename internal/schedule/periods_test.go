@@ -85,3 +85,41 @@ func TestPlannedLeavesALongOutage(t *testing.T) {
 		t.Errorf("memoryless outages, half an hour old: %s, want to wait", got)
 	}
 }
+
+// blippy returns up periods of a pool where half the up periods last one
+// tick (ten minutes) and half ten hours.
+func blippy() []time.Duration {
+	var ls []time.Duration
+	for i := range 100 {
+		if i%2 == 0 {
+			ls = append(ls, 10*time.Minute)
+		} else {
+			ls = append(ls, 10*time.Hour)
+		}
+	}
+	return ls
+}
+
+// On on-demand when spot capacity comes back, a move costs a restart: the
+// plan does not move while the up period is young (half end within the
+// tick, before the restart is paid) and moves once it has lasted, where a
+// memoryless model of the same mean up period moves at once.
+func TestPlannedWaitsOutABlip(t *testing.T) {
+	ups := blippy()
+	pool := PoolStats{Available: 0.8, MeanUp: meanOf(ups), MeanDown: time.Hour, UpPeriods: NewPeriods(ups)}
+	p := &Planned{}
+	j := job(2*time.Hour, time.Hour, OnDemand, true)
+	j.Pool = pool
+	if got := p.Decide(j); got == Spot {
+		t.Errorf("spot just back: %s, want to let the tick pass", got)
+	}
+	j.UpFor = 30 * time.Minute
+	if got := p.Decide(j); got != Spot {
+		t.Errorf("spot back for half an hour: %s, want spot", got)
+	}
+	j.UpFor = 0
+	j.Pool.UpPeriods = nil
+	if got := p.Decide(j); got != Spot {
+		t.Errorf("memoryless up periods, spot just back: %s, want spot", got)
+	}
+}
