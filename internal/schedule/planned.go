@@ -9,18 +9,24 @@ import (
 
 // Planned is Virga's single-job deadline policy: the decision that minimises
 // the expected cost of finishing by the deadline, under a model of the spot
-// pool fitted to its history. The model is a two-state Markov chain (capacity
-// up or down) whose mean up and down periods are the pool's measured ones
-// (PoolStats); the plan is a dynamic program over (time left, work left,
-// node held and its remaining restart overhead, spot up now), solved once per
-// pool and decision interval and looked up at every decision. Missing the
-// deadline has infinite cost, so the plan moves to on-demand exactly when
-// waiting or staying on spot could make the deadline unreachable in the
-// model; the shared safety net (as for Greedy) still guards against a model
-// that is wrong. Unlike Greedy, it spends on-demand time in outages when the
-// spot time left is likely too short, which keeps the end of the job free
-// for spot capacity; unlike Uniform Progress, it does not when spot capacity
-// is likely enough.
+// pool fitted to its history. The model is semi-Markov: capacity is up or
+// down, and an up period or an outage ends in the next interval with the
+// chance its measured lengths give for its age (PoolStats.UpPeriods and
+// Outages; with none measured, a memoryless chain of the mean up and down
+// periods). The plan is a dynamic program over (time left, work left, node
+// held and its remaining restart overhead, work unsaved on spot since its
+// last checkpoint, spot up or down and the age band of the period under
+// way), solved once per pool and decision interval and looked up at every
+// decision. Missing the deadline has infinite cost, so the plan moves to
+// on-demand exactly when waiting or staying on spot could make the deadline
+// unreachable in the model; the shared safety net (as for Greedy) still
+// guards against a model that is wrong. Unlike Greedy, it spends on-demand
+// time in outages when the spot time left is likely too short, which keeps
+// the end of the job free for spot capacity; unlike Uniform Progress, it
+// does not when spot capacity is likely enough. Real outages are
+// long-tailed: the plan waits at the start of one (most end within
+// minutes) and leaves for on-demand once it has lasted long enough that it
+// likely goes on for hours.
 //
 // A Planned is safe for concurrent use; it keeps the last few plans.
 type Planned struct {
@@ -31,8 +37,8 @@ type Planned struct {
 // Name implements Policy.
 func (*Planned) Name() string { return "planned" }
 
-// maxPlans bounds the plans a Planned keeps (each is a table of the size of
-// ticks left x work left x 2 x node states).
+// maxPlans bounds the plans a Planned keeps (each is a table of two bits
+// per state: ticks left x work left x node and age states).
 const maxPlans = 4
 
 // planKey is what a plan depends on.
