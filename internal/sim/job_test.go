@@ -88,7 +88,7 @@ func TestBillingPerTick(t *testing.T) {
 // random ones, a pool that disappears for good, and one that flaps.
 func TestPoliciesMeetFeasibleDeadlines(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	tick := 5 * time.Minute
+	tick := 15 * time.Minute
 	policies := []schedule.Policy{schedule.Greedy{}, schedule.UniformProgress{}, &schedule.Planned{}}
 	check := func(name string, up []bool, cfg JobConfig) {
 		t.Helper()
