@@ -42,6 +42,10 @@ type PoolStats struct {
 	Available float64       // fraction of the time capacity is there, in [0, 1]
 	MeanUp    time.Duration // mean length of a period with capacity (0: never ends if Available is 1, else unknown)
 	MeanDown  time.Duration // mean length of an outage (0: unknown)
+	// UpPeriods and Outages are the distributions of the lengths of up
+	// periods and of outages measured; nil means they are taken as
+	// memoryless with mean MeanUp or MeanDown.
+	UpPeriods, Outages *Periods
 }
 
 // Job is one job's situation at a decision point. Times are durations since
@@ -59,6 +63,12 @@ type Job struct {
 	Running  Instance
 	Starting time.Duration
 	SpotUp   bool // spot capacity is available now
+	// DownFor is how long spot capacity has been unavailable (zero when
+	// it is available now, or in the first interval of an outage).
+	DownFor time.Duration
+	// UpFor is how long spot capacity has been available (zero when it is
+	// not, or in the first interval it is back).
+	UpFor time.Duration
 
 	// Overhead is the restart overhead: time from asking for a node to the
 	// job making progress on it (getting the node, starting, restoring).

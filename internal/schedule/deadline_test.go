@@ -148,3 +148,25 @@ func TestPlannedRunsOnATie(t *testing.T) {
 		t.Errorf("spot never reclaimed, up: %s, want spot", got)
 	}
 }
+
+// With an hourly checkpoint on a pool whose up periods last half an hour on
+// average, work done since the checkpoint is likely lost to a reclaim
+// before the next: the plan stops (saving it, a stop checkpoints) rather
+// than risk it, while it runs on spot just after a checkpoint. A plan that
+// charged every reclaim the same loss would decide alike in both.
+func TestPlannedTracksUnsavedWork(t *testing.T) {
+	p := &Planned{}
+	j := job(20*time.Hour-9*time.Hour-75*time.Minute, time.Hour, Spot, true)
+	j.Checkpoint = time.Hour
+	j.Pool = PoolStats{Available: 0.15, MeanUp: 30 * time.Minute, MeanDown: 3 * time.Hour}
+	if got := p.Decide(j); got != Spot {
+		t.Errorf("on spot, just checkpointed: %s, want spot", got)
+	}
+	j.Unsaved = 20 * time.Minute
+	if mustOnDemand(j) {
+		t.Fatal("the safety net decides, not the plan")
+	}
+	if got := p.Decide(j); got == Spot {
+		t.Errorf("on spot, 20m unsaved: %s, want to stop and keep the work", got)
+	}
+}

@@ -81,6 +81,15 @@ func RunJob(p schedule.Policy, up []bool, tick time.Duration, start int, cfg Job
 	if cfg.Horizon > 0 {
 		limit = cfg.Horizon
 	}
+	// The outage (or up period) under way at the start began before the job, as the
+	// pool's history tells.
+	downFrom, upFrom := start, start
+	for downFrom > 0 && !up[downFrom-1] {
+		downFrom--
+	}
+	for upFrom > 0 && up[upFrom-1] {
+		upFrom--
+	}
 	for i := start; ; i++ {
 		j.Elapsed = time.Duration(i-start) * tick
 		if j.Elapsed > limit {
@@ -89,6 +98,14 @@ func RunJob(p schedule.Policy, up []bool, tick time.Duration, start int, cfg Job
 			return res, nil
 		}
 		j.SpotUp = i < len(up) && up[i]
+		j.DownFor, j.UpFor = 0, 0
+		if j.SpotUp {
+			downFrom = i + 1
+			j.UpFor = time.Duration(i-upFrom) * tick
+		} else {
+			upFrom = i + 1
+			j.DownFor = time.Duration(i-downFrom) * tick
+		}
 		if j.Running == schedule.Spot && !j.SpotUp {
 			// Reclaimed at the start of this tick: the unsaved work is lost.
 			res.Preemptions++
@@ -143,6 +160,7 @@ func StatsOf(up []bool, tick time.Duration) schedule.PoolStats {
 		return s
 	}
 	var nUp, upRuns, downRuns int
+	var ups, outages []time.Duration // lengths of the up periods and outages
 	for i, u := range up {
 		if u {
 			nUp++
@@ -150,11 +168,19 @@ func StatsOf(up []bool, tick time.Duration) schedule.PoolStats {
 		if i == 0 || u != up[i-1] {
 			if u {
 				upRuns++
+				ups = append(ups, 0)
 			} else {
 				downRuns++
+				outages = append(outages, 0)
 			}
 		}
+		if u {
+			ups[len(ups)-1] += tick
+		} else {
+			outages[len(outages)-1] += tick
+		}
 	}
+	s.UpPeriods, s.Outages = schedule.NewPeriods(ups), schedule.NewPeriods(outages)
 	s.Available = float64(nUp) / float64(len(up))
 	if upRuns > 0 {
 		s.MeanUp = time.Duration(float64(nUp) / float64(upRuns) * float64(tick))

@@ -88,7 +88,7 @@ func TestBillingPerTick(t *testing.T) {
 // random ones, a pool that disappears for good, and one that flaps.
 func TestPoliciesMeetFeasibleDeadlines(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	tick := 5 * time.Minute
+	tick := 15 * time.Minute
 	policies := []schedule.Policy{schedule.Greedy{}, schedule.UniformProgress{}, &schedule.Planned{}}
 	check := func(name string, up []bool, cfg JobConfig) {
 		t.Helper()
@@ -225,5 +225,45 @@ func TestUniformProgressPublished(t *testing.T) {
 	_, got = decisions(t, schedule.UniformProgress{}, "0000011111", cfg)
 	if got != "-DDDDSS" {
 		t.Errorf("hysteresis in time, spot back at 5h: decisions %q, want -DDDDSS", got)
+	}
+}
+
+// ages records how long spot capacity has been up or down at each decision.
+type ages struct {
+	schedule.SpotOnly
+	got []string
+}
+
+func (a *ages) Decide(j *schedule.Job) schedule.Instance {
+	if j.SpotUp {
+		a.got = append(a.got, "up "+j.UpFor.String())
+	} else {
+		a.got = append(a.got, "down "+j.DownFor.String())
+	}
+	return a.SpotOnly.Decide(j)
+}
+
+// The policy is told the age of the period under way, counted from before
+// the job's start when the period began earlier; StatsOf measures every
+// period's length.
+func TestRunJobTellsPeriodAges(t *testing.T) {
+	up := ups("1100011110")
+	s := StatsOf(up, time.Minute)
+	if s.UpPeriods.Len() != 2 || s.Outages.Len() != 2 {
+		t.Fatalf("StatsOf: %d up periods and %d outages, want 2 and 2", s.UpPeriods.Len(), s.Outages.Len())
+	}
+	a := &ages{}
+	cfg := JobConfig{Work: 3 * time.Minute, Deadline: time.Hour, SpotPrice: 1, OnDemandPrice: 3, Billing: capacity.PerSecond, Horizon: 6 * time.Minute}
+	if _, err := RunJob(a, up, time.Minute, 3, cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"down 1m0s", "down 2m0s", "up 0s", "up 1m0s", "up 2m0s"}
+	if len(a.got) < len(want) {
+		t.Fatalf("decisions %v, want at least %v", a.got, want)
+	}
+	for i, w := range want {
+		if a.got[i] != w {
+			t.Fatalf("decisions %v, want %v first", a.got, want)
+		}
 	}
 }
