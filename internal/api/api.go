@@ -214,16 +214,32 @@ func (s *Server) authenticate(r *http.Request) (_ *http.Request, ok, presented b
 		}
 		return r.WithContext(control.AsTrial(r.Context(), trialID)), true, true
 	}
+	if s.CheckToken(r.Context(), tok) != nil {
+		return r, false, true
+	}
+	return r, true, true
+}
+
+// ErrInvalidToken is CheckToken's answer to a token that is not an admin token.
+var ErrInvalidToken = errors.New("the token is not valid here: send an admin token (file admin-token in the server's data directory)")
+
+// CheckToken returns nil if tok is an admin token, else ErrInvalidToken (or
+// the store's error). Other servers of the same data directory, such as the
+// inference front ends, authenticate their requests with it.
+func (s *Server) CheckToken(ctx context.Context, tok string) error {
 	sum := sha256.Sum256([]byte(tok))
 	key := string(sum[:])
 	if _, ok := s.tokens.Load(key); ok {
-		return r, true, true
+		return nil
 	}
-	if _, err := s.st.TokenByHash(r.Context(), sum[:]); err != nil {
-		return r, false, true
+	if _, err := s.st.TokenByHash(ctx, sum[:]); err != nil {
+		if errors.Is(err, virga.ErrNotFound) {
+			return ErrInvalidToken
+		}
+		return fmt.Errorf("checking the token: %w", err)
 	}
 	s.tokens.Store(key, true)
-	return r, true, true
+	return nil
 }
 
 // Error is the body of every error response.
