@@ -1,0 +1,388 @@
+// Package oip serves a serve.Service over the Open Inference Protocol
+// (KServe v2): the REST/JSON endpoints of v2/..., Triton's model repository
+// extension, and the gRPC service inference.GRPCInferenceService. It
+// translates requests into serve.Request and errors into the protocol's
+// statuses; it never runs a model, queues or batches: that is the Service's.
+package oip
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/virga-ml/virga/internal/serve"
+)
+
+// DefaultMaxBody bounds a request body or message when Options.MaxBody is 0.
+const DefaultMaxBody = 64 << 20
+
+// Options configure the REST handler and the gRPC server.
+type Options struct {
+	// CheckToken, if set, makes every request but the server health checks
+	// present a bearer token it accepts (nil error): REST in the
+	// Authorization header, gRPC in the "authorization" metadata, both as
+	// "Bearer <token>". Set it when listening off loopback, to the API
+	// server's (*api.Server).CheckToken; leave it nil on loopback.
+	CheckToken func(ctx context.Context, token string) error
+	// MaxBody bounds a request body (REST; larger: 413) or received message
+	// (gRPC; larger: ResourceExhausted); 0 means DefaultMaxBody.
+	MaxBody int64
+	// Now stamps each request's arrival; nil means time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Handler serves the protocol's REST endpoints.
+type Handler struct {
+	svc  serve.Service
+	opts Options
+	mux  *http.ServeMux
+}
+
+// NewHandler returns the REST front end of svc, to mount at the root of an
+// HTTP server (its routes all begin with /v2).
+func NewHandler(svc serve.Service, opts Options) *Handler {
+	h := &Handler{svc: svc, opts: opts.withDefaults(), mux: http.NewServeMux()}
+	m := h.mux
+	m.HandleFunc("GET /v2/health/live", h.live)
+	m.HandleFunc("GET /v2/health/ready", h.ready)
+	m.HandleFunc("GET /v2", h.serverMetadata)
+	m.HandleFunc("GET /v2/{$}", h.serverMetadata)
+	m.HandleFunc("GET /v2/models/{model}", h.modelMetadata)
+	m.HandleFunc("GET /v2/models/{model}/versions/{version}", h.modelMetadata)
+	m.HandleFunc("GET /v2/models/{model}/ready", h.modelReady)
+	m.HandleFunc("GET /v2/models/{model}/versions/{version}/ready", h.modelReady)
+	m.HandleFunc("POST /v2/models/{model}/infer", h.infer)
+	m.HandleFunc("POST /v2/models/{model}/versions/{version}/infer", h.infer)
+	m.HandleFunc("POST /v2/repository/index", h.index)
+	m.HandleFunc("POST /v2/repository/models/{model}/load", h.load)
+	m.HandleFunc("POST /v2/repository/models/{model}/unload", h.unload)
+	return h
+}
+
+// ServeHTTP checks the request's token (when Options.CheckToken is set) and routes it.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		h.noRoute(w, r)
+		return
+	}
+	if h.opts.CheckToken != nil && r.URL.Path != "/v2/health/live" && r.URL.Path != "/v2/health/ready" {
+		if err := h.authorize(r); err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="virga"`)
+			writeError(w, http.StatusUnauthorized, err)
+			return
+		}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// authorize returns why r's bearer token is not accepted, or nil.
+func (h *Handler) authorize(r *http.Request) error {
+	return checkBearer(r.Context(), h.opts.CheckToken, r.Header.Get("Authorization"))
+}
+
+// checkBearer checks an "Authorization: Bearer <token>" value with check.
+func checkBearer(ctx context.Context, check func(context.Context, string) error, header string) error {
+	if header == "" {
+		return errors.New("a token is required: send 'Authorization: Bearer <token>' (the admin token is in the Virga server's data directory, file admin-token)")
+	}
+	tok, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok || tok == "" {
+		return errors.New("the Authorization header is not 'Bearer <token>'")
+	}
+	if err := check(ctx, tok); err != nil {
+		return fmt.Errorf("the token is not accepted: %w", err)
+	}
+	return nil
+}
+
+// noRoute answers a request no route matches: 405 (with Allow) if the path
+// is served for another method, else 404.
+func (h *Handler) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := h.mux.Handler(probe); p != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no such endpoint: %s %s (the Open Inference Protocol's endpoints begin with /v2: see docs/serving.md)", r.Method, r.URL.Path))
+		return
+	}
+	if slices.Contains(allow, http.MethodGet) {
+		allow = append(allow, http.MethodHead)
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+}
+
+func (h *Handler) live(w http.ResponseWriter, r *http.Request) {
+	ok := h.svc.Live()
+	writeJSON(w, probeStatus(ok), map[string]bool{"live": ok})
+}
+
+func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
+	ok := h.svc.Ready()
+	writeJSON(w, probeStatus(ok), map[string]bool{"ready": ok})
+}
+
+// probeStatus is 200 for true and 503 for false, so that a Kubernetes
+// probe (which reads only the status) sees what the body says.
+func probeStatus(ok bool) int {
+	if ok {
+		return http.StatusOK
+	}
+	return http.StatusServiceUnavailable
+}
+
+func (h *Handler) serverMetadata(w http.ResponseWriter, r *http.Request) {
+	md := h.svc.Metadata()
+	if md.Extensions == nil {
+		md.Extensions = []string{}
+	}
+	writeJSON(w, http.StatusOK, md)
+}
+
+func (h *Handler) modelMetadata(w http.ResponseWriter, r *http.Request) {
+	md, err := h.svc.ModelMetadata(r.Context(), r.PathValue("model"), r.PathValue("version"))
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, md)
+}
+
+// ModelReady is the body of GET v2/models/{m}/ready.
+type ModelReady struct {
+	Name  string `json:"name"`
+	Ready bool   `json:"ready"`
+}
+
+func (h *Handler) modelReady(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	ok, err := h.svc.ModelReady(r.Context(), name, r.PathValue("version"))
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, probeStatus(ok), ModelReady{Name: name, Ready: ok})
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readBody reads r's body whole, up to MaxBody; past it, or if reading
+// fails, it answers the request itself and returns false. The caller puts
+// buf back in bufPool when done with the body.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) bool {
+	if r.ContentLength > h.opts.MaxBody {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body: %d bytes, larger than the limit of %d bytes", r.ContentLength, h.opts.MaxBody))
+		return false
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + 1)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.opts.MaxBody))
+	if err == nil {
+		return true
+	}
+	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body: larger than the limit of %d bytes", mbe.Limit))
+		return false
+	}
+	writeError(w, http.StatusBadRequest, fmt.Errorf("request body: reading: %w", err))
+	return false
+}
+
+func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
+	arrived := h.opts.Now()
+	if r.Header.Get("Inference-Header-Content-Length") != "" {
+		writeError(w, http.StatusBadRequest, errors.New("Inference-Header-Content-Length: the binary tensor extension is not supported by this server: send the tensors' values as JSON in \"data\""))
+		return
+	}
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer bufPool.Put(buf)
+	if !h.readBody(w, r, buf) {
+		return
+	}
+	req, err := decodeInfer(buf.Bytes(), r.PathValue("model"), r.PathValue("version"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	req.Arrived = arrived
+	resp, err := h.svc.Infer(r.Context(), req)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if err := finishResponse(req, resp); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	buf.Reset()
+	out := appendInferResponse(buf.Bytes(), resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+	if cap(out) > buf.Cap() {
+		*buf = *bytes.NewBuffer(out[:0]) // keep the larger buffer for the next request
+	}
+}
+
+// finishResponse fills what the protocol requires the response to echo
+// and checks the outputs the Service returned.
+func finishResponse(req *serve.Request, resp *serve.Response) error {
+	if resp.ID == "" {
+		resp.ID = req.ID
+	}
+	if resp.ModelName == "" {
+		resp.ModelName = req.Model
+	}
+	for i := range resp.Outputs {
+		if err := checkOutput(&resp.Outputs[i]); err != nil {
+			return fmt.Errorf("model %q answered with a bad tensor: %w", req.Model, err)
+		}
+	}
+	return nil
+}
+
+// IndexRequest is the optional body of POST v2/repository/index.
+type IndexRequest struct {
+	// Ready lists only the models ready now.
+	Ready bool `json:"ready"`
+}
+
+// ModelRequest is the optional body of POST v2/repository/models/{m}/load
+// and .../unload.
+type ModelRequest struct {
+	Parameters map[string]json.RawMessage `json:"parameters"`
+}
+
+func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
+	var in IndexRequest
+	if !h.decodeOptional(w, r, &in) {
+		return
+	}
+	idx, err := h.svc.Index(r.Context(), in.Ready)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if idx == nil {
+		idx = []serve.ModelStatus{}
+	}
+	writeJSON(w, http.StatusOK, idx)
+}
+
+func (h *Handler) load(w http.ResponseWriter, r *http.Request) {
+	var in ModelRequest
+	if !h.decodeOptional(w, r, &in) {
+		return
+	}
+	for k := range in.Parameters {
+		// Triton's "config" and "file:..." override the model's files.
+		writeError(w, http.StatusBadRequest, serve.Inputf("parameters."+k, "not supported by this server: a model is loaded as its repository holds it (send no parameters)"))
+		return
+	}
+	if err := h.svc.Load(r.Context(), r.PathValue("model")); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (h *Handler) unload(w http.ResponseWriter, r *http.Request) {
+	var in ModelRequest
+	if !h.decodeOptional(w, r, &in) {
+		return
+	}
+	for k := range in.Parameters {
+		if k != "unload_dependents" { // no ensembles here: nothing depends on a model
+			writeError(w, http.StatusBadRequest, serve.Inputf("parameters."+k, "unknown parameter (unload takes only unload_dependents)"))
+			return
+		}
+	}
+	if err := h.svc.Unload(r.Context(), r.PathValue("model")); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// decodeOptional decodes r's body, if it has one, into v; it answers a bad
+// body itself and returns false.
+func (h *Handler) decodeOptional(w http.ResponseWriter, r *http.Request, v any) bool {
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer bufPool.Put(buf)
+	if !h.readBody(w, r, buf) {
+		return false
+	}
+	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
+		return true
+	}
+	if err := unmarshalStrict(buf.Bytes(), v); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return false
+	}
+	return true
+}
+
+// Error is the body of every error response, as the protocol gives it.
+type Error struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, Error{Error: err.Error()})
+}
+
+// statusOf maps a Service's error to an HTTP status.
+func statusOf(err error) int {
+	var ie *serve.InputError
+	var re *serve.RefusedError
+	switch {
+	case errors.As(err, &ie):
+		return http.StatusBadRequest
+	case errors.As(err, &re):
+		return http.StatusTooManyRequests
+	case errors.Is(err, serve.ErrModelNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, serve.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+var _ http.Handler = (*Handler)(nil)
