@@ -1,0 +1,213 @@
+package oip
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/virga-ml/virga/internal/serve"
+)
+
+// decodeRaw reads a tensor of n elements of dt from its raw contents, as the
+// protocol lays them out: flat, row-major, without padding, each element
+// little-endian (as Triton sends them); BOOL one byte, 0 or 1; BYTES each
+// element a 4-byte little-endian length and that many bytes.
+func decodeRaw(f string, dt serve.Datatype, shape []int64, n int, raw []byte) (any, error) {
+	if dt == serve.Bytes {
+		return decodeRawBytes(f, shape, n, raw)
+	}
+	size := elemSize(dt)
+	if size == 0 {
+		return nil, checkDatatype(f, dt)
+	}
+	if len(raw) != n*size {
+		return nil, serve.Inputf(f, "%d bytes for shape %s of %s (%d expected: %d values of %d bytes)", len(raw), shapeString(shape), dt, n*size, n, size)
+	}
+	le := binary.LittleEndian
+	switch dt {
+	case serve.Bool:
+		out := make([]bool, n)
+		for i, b := range raw {
+			if b > 1 {
+				return nil, serve.Inputf(f, "byte %d is %d, not a BOOL value (want 0 or 1)", i, b)
+			}
+			out[i] = b == 1
+		}
+		return out, nil
+	case serve.Uint8:
+		return append([]uint8(nil), raw...), nil
+	case serve.Int8:
+		out := make([]int8, n)
+		for i, b := range raw {
+			out[i] = int8(b)
+		}
+		return out, nil
+	case serve.Uint16, serve.FP16:
+		out := make([]uint16, n)
+		for i := range out {
+			out[i] = le.Uint16(raw[2*i:])
+		}
+		return out, nil
+	case serve.Int16:
+		out := make([]int16, n)
+		for i := range out {
+			out[i] = int16(le.Uint16(raw[2*i:]))
+		}
+		return out, nil
+	case serve.Uint32:
+		out := make([]uint32, n)
+		for i := range out {
+			out[i] = le.Uint32(raw[4*i:])
+		}
+		return out, nil
+	case serve.Int32:
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(le.Uint32(raw[4*i:]))
+		}
+		return out, nil
+	case serve.FP32:
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
+		}
+		return out, nil
+	case serve.Uint64:
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = le.Uint64(raw[8*i:])
+		}
+		return out, nil
+	case serve.Int64:
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = int64(le.Uint64(raw[8*i:]))
+		}
+		return out, nil
+	case serve.FP64:
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = math.Float64frombits(le.Uint64(raw[8*i:]))
+		}
+		return out, nil
+	}
+	return nil, checkDatatype(f, dt)
+}
+
+// decodeRawBytes reads n length-prefixed BYTES elements, which must fill raw exactly.
+func decodeRawBytes(f string, shape []int64, n int, raw []byte) ([][]byte, error) {
+	if n > len(raw)/4 {
+		return nil, serve.Inputf(f, "%d bytes cannot hold the %d BYTES elements of shape %s (each takes a 4-byte length first)", len(raw), n, shapeString(shape))
+	}
+	out := make([][]byte, n)
+	off := 0
+	for i := range out {
+		if len(raw)-off < 4 {
+			return nil, serve.Inputf(f, "ends at element %d of %d (shape %s): want a 4-byte length at byte %d", i, n, shapeString(shape), off)
+		}
+		l := int64(binary.LittleEndian.Uint32(raw[off:]))
+		off += 4
+		if l > int64(len(raw)-off) {
+			return nil, serve.Inputf(f, "element %d claims %d bytes at byte %d, but only %d remain", i, l, off, len(raw)-off)
+		}
+		out[i] = raw[off : off+int(l) : off+int(l)]
+		off += int(l)
+	}
+	if off != len(raw) {
+		return nil, serve.Inputf(f, "%d bytes left after the %d BYTES elements of shape %s (send exactly the elements the shape holds)", len(raw)-off, n, shapeString(shape))
+	}
+	return out, nil
+}
+
+// encodeRaw lays a tensor's values out as decodeRaw reads them.
+func encodeRaw(dt serve.Datatype, data any) []byte {
+	le := binary.LittleEndian
+	switch dt {
+	case serve.Bool:
+		v := data.([]bool)
+		out := make([]byte, len(v))
+		for i, b := range v {
+			if b {
+				out[i] = 1
+			}
+		}
+		return out
+	case serve.Uint8:
+		return data.([]uint8)
+	case serve.Int8:
+		v := data.([]int8)
+		out := make([]byte, len(v))
+		for i, x := range v {
+			out[i] = byte(x)
+		}
+		return out
+	case serve.Uint16, serve.FP16:
+		v := data.([]uint16)
+		out := make([]byte, 0, 2*len(v))
+		for _, x := range v {
+			out = le.AppendUint16(out, x)
+		}
+		return out
+	case serve.Int16:
+		v := data.([]int16)
+		out := make([]byte, 0, 2*len(v))
+		for _, x := range v {
+			out = le.AppendUint16(out, uint16(x))
+		}
+		return out
+	case serve.Uint32:
+		v := data.([]uint32)
+		out := make([]byte, 0, 4*len(v))
+		for _, x := range v {
+			out = le.AppendUint32(out, x)
+		}
+		return out
+	case serve.Int32:
+		v := data.([]int32)
+		out := make([]byte, 0, 4*len(v))
+		for _, x := range v {
+			out = le.AppendUint32(out, uint32(x))
+		}
+		return out
+	case serve.FP32:
+		v := data.([]float32)
+		out := make([]byte, 0, 4*len(v))
+		for _, x := range v {
+			out = le.AppendUint32(out, math.Float32bits(x))
+		}
+		return out
+	case serve.Uint64:
+		v := data.([]uint64)
+		out := make([]byte, 0, 8*len(v))
+		for _, x := range v {
+			out = le.AppendUint64(out, x)
+		}
+		return out
+	case serve.Int64:
+		v := data.([]int64)
+		out := make([]byte, 0, 8*len(v))
+		for _, x := range v {
+			out = le.AppendUint64(out, uint64(x))
+		}
+		return out
+	case serve.FP64:
+		v := data.([]float64)
+		out := make([]byte, 0, 8*len(v))
+		for _, x := range v {
+			out = le.AppendUint64(out, math.Float64bits(x))
+		}
+		return out
+	case serve.Bytes:
+		v := data.([][]byte)
+		size := 0
+		for _, x := range v {
+			size += 4 + len(x)
+		}
+		out := make([]byte, 0, size)
+		for _, x := range v {
+			out = le.AppendUint32(out, uint32(len(x)))
+			out = append(out, x...)
+		}
+		return out
+	}
+	return nil
+}
