@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -82,14 +83,47 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.noRoute(w, r)
 		return
 	}
-	if h.opts.CheckToken != nil && r.URL.Path != "/v2/health/live" && r.URL.Path != "/v2/health/ready" {
-		if err := h.authorize(r); err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="virga"`)
-			writeError(w, http.StatusUnauthorized, err)
+	if r.URL.Path != "/v2/health/live" && r.URL.Path != "/v2/health/ready" {
+		if h.opts.CheckToken != nil {
+			if err := h.authorize(r); err != nil {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="virga"`)
+				writeError(w, http.StatusUnauthorized, err)
+				return
+			}
+		} else if err := fromBrowser(r); err != nil {
+			writeError(w, http.StatusForbidden, err)
 			return
 		}
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// fromBrowser returns why a request to a server without tokens (on
+// loopback) may come from a web page rather than a local process, or nil:
+// browsers send an Origin header with every POST and cross-origin request,
+// and a Host that is not a loopback name means DNS rebinding. Otherwise a
+// page the user visits could load and unload models on this machine.
+func fromBrowser(r *http.Request) error {
+	if o := r.Header.Get("Origin"); o != "" {
+		return fmt.Errorf("refusing a request from a web page (Origin %q): this server takes requests from local processes only", o)
+	}
+	if !loopbackHost(r.Host) {
+		return fmt.Errorf("refusing a request for host %q: without tokens only localhost, 127.0.0.1 and [::1] are served", r.Host)
+	}
+	return nil
+}
+
+// loopbackHost reports whether a Host header names this machine.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // authorize returns why r's bearer token is not accepted, or nil.

@@ -466,3 +466,43 @@ func TestOutputChecked(t *testing.T) {
 		t.Errorf("finishResponse = %v, want the Go type error", err)
 	}
 }
+
+// TestBrowserRefused: without tokens (on loopback), a request a web page
+// could send is refused, and health checks still answer.
+func TestBrowserRefused(t *testing.T) {
+	e := newRESTEnv(t, Options{})
+	for _, c := range []struct {
+		method, path string
+		header       []string
+		wantCode     int
+		want         string
+	}{
+		{"POST", "/v2/repository/models/sum/unload", []string{"Origin", "https://example.com"}, 403, `refusing a request from a web page (Origin "https://example.com")`},
+		{"GET", "/v2/models/sum", []string{"Host", "attacker.example:8000"}, 403, `refusing a request for host "attacker.example:8000"`},
+		{"GET", "/v2/health/ready", []string{"Origin", "https://example.com"}, 200, `"ready"`},
+		{"GET", "/v2/models/sum", []string{"Host", "localhost:8000"}, 200, `"inputs"`},
+	} {
+		req, err := http.NewRequest(c.method, e.srv.URL+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(c.header[0], c.header[1])
+		if c.header[0] == "Host" {
+			req.Host = c.header[1]
+		}
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var eb Error
+		_ = json.Unmarshal(b, &eb)
+		if resp.StatusCode != c.wantCode || !strings.Contains(string(b)+eb.Error, c.want) {
+			t.Errorf("%s %s %v: HTTP %d %s, want %d %q", c.method, c.path, c.header, resp.StatusCode, b, c.wantCode, c.want)
+		}
+	}
+	if !e.svc.loaded["sum"] {
+		t.Error("the refused unload unloaded the model")
+	}
+}
