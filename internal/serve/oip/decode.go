@@ -40,9 +40,48 @@ type outputJSON struct {
 // datatype's Go slice: this is on every request's path
 // (BenchmarkDecodeInfer). The small fields go through encoding/json.
 func decodeInfer(body []byte, model, version string) (*serve.Request, error) {
+	r, _, err := decodeInferBody(body, -1, model, version)
+	return r, err
+}
+
+// binaryOutputs says which outputs to answer as binary data (Triton's
+// binary tensor data extension): the request's binary_data_output, unless
+// the output's own binary_data says otherwise.
+type binaryOutputs struct {
+	all  bool
+	each map[string]bool
+}
+
+func (b binaryOutputs) binary(name string) bool {
+	if v, ok := b.each[name]; ok {
+		return v
+	}
+	return b.all
+}
+
+// decodeInferBody decodes an inference request body whose first jsonLen
+// bytes are the JSON object and the rest the binary data of the inputs
+// that give a binary_data_size, in their order (Triton's binary tensor
+// data extension, announced by the Inference-Header-Content-Length
+// header); jsonLen < 0 means the body is JSON only.
+func decodeInferBody(body []byte, jsonLen int, model, version string) (*serve.Request, binaryOutputs, error) {
+	var bo binaryOutputs
+	var bin []byte
+	if jsonLen >= 0 {
+		if jsonLen > len(body) {
+			return nil, bo, serve.Inputf("Inference-Header-Content-Length", "%d is more than the body's %d bytes", jsonLen, len(body))
+		}
+		body, bin = body[:jsonLen], body[jsonLen:]
+	}
+	r, bo, err := decodeInferJSON(body, bin, jsonLen >= 0, model, version)
+	return r, bo, err
+}
+
+func decodeInferJSON(body, bin []byte, hasBinary bool, model, version string) (*serve.Request, binaryOutputs, error) {
+	var bo binaryOutputs
 	l := &lexer{b: body}
 	if l.ws(); l.i == len(body) {
-		return nil, serve.Inputf("request body", "empty: want a JSON object (an inference request)")
+		return nil, bo, serve.Inputf("request body", "empty: want a JSON object (an inference request)")
 	}
 	r := &serve.Request{Model: model, Version: version}
 	var rawParams map[string]json.RawMessage
@@ -50,6 +89,15 @@ func decodeInfer(body []byte, model, version string) (*serve.Request, error) {
 	var outputs []outputJSON
 	err := l.object(func(key string) error {
 		switch key {
+		case "model_name", "model_version": // Triton's examples send them; the path decides
+			var v string
+			if err := l.field(key, &v); err != nil {
+				return err
+			}
+			if want := map[string]string{"model_name": model, "model_version": version}[key]; v != "" && want != "" && v != want {
+				return serve.Inputf(key, "%q, but the path names %q", v, want)
+			}
+			return nil
 		case "id":
 			return l.field("id", &r.ID)
 		case "parameters":
@@ -74,47 +122,80 @@ func decodeInfer(body []byte, model, version string) (*serve.Request, error) {
 		return l.unknown("request body", key, "an inference request has id, parameters, inputs and outputs")
 	})
 	if err != nil {
-		return nil, err
+		return nil, bo, err
 	}
 	if l.ws(); l.i < len(body) {
-		return nil, serve.Inputf("request body", "data after the JSON object at offset %d: %q (send one JSON object)", l.i, clip(body[l.i:], 32))
+		return nil, bo, serve.Inputf("request body", "data after the JSON object at offset %d: %q (send one JSON object, or give the JSON's length in the Inference-Header-Content-Length header if binary data follows)", l.i, clip(body[l.i:], 32))
 	}
 	params, err := jsonParams("parameters", rawParams)
 	if err != nil {
-		return nil, err
+		return nil, bo, err
 	}
 	if err := applyParams(r, "parameters", params); err != nil {
-		return nil, err
+		return nil, bo, err
 	}
-	// Each value takes at least two bytes ("0,"), which bounds what a shape may claim.
+	if p, ok := params["binary_data_output"]; ok {
+		if p.kind != kindBool {
+			return nil, bo, serve.Inputf("parameters.binary_data_output", "want true or false, got %s", p)
+		}
+		bo.all = p.b
+	}
+	// A JSON value takes at least two bytes ("0,"), which bounds what a shape may claim.
 	limit := int64(len(body)/2 + 1)
 	r.Inputs = make([]serve.Tensor, len(inputs))
 	seen := make(map[string]int, len(inputs))
+	off := 0 // into bin
 	for i := range inputs {
 		x := &inputs[i]
 		f := "inputs[" + strconv.Itoa(i) + "]"
 		if err := checkInputHeader(f, x.Name, x.Datatype, x.Shape != nil, seen, i); err != nil {
-			return nil, err
+			return nil, bo, err
 		}
 		tp, err := jsonParams(f+".parameters", x.Parameters)
 		if err != nil {
-			return nil, err
+			return nil, bo, err
 		}
 		if err := checkTensorParams(f+".parameters", tp); err != nil {
-			return nil, err
+			return nil, bo, err
 		}
-		n, err := elements(f+".shape", x.Shape, limit)
-		if err != nil {
-			return nil, err
-		}
-		if x.Data == nil || string(x.Data) == "null" {
-			return nil, serve.Inputf(f+".data", "missing: want the tensor's %d values as a JSON array", n)
-		}
-		data, err := decodeData(f+".data", x.Datatype, x.Shape, n, x.Data)
-		if err != nil {
-			return nil, err
+		var data any
+		if p, ok := tp["binary_data_size"]; ok {
+			pf := f + ".parameters.binary_data_size"
+			if !hasBinary {
+				return nil, bo, serve.Inputf(pf, "binary data needs the Inference-Header-Content-Length header (the length of the JSON object before it)")
+			}
+			if x.Data != nil {
+				return nil, bo, serve.Inputf(f+".data", "given with binary_data_size (send the tensor's data one way)")
+			}
+			size, err := p.nonNegInt(pf, uint64(len(bin)-off))
+			if err != nil {
+				return nil, bo, serve.Inputf(pf, "want a byte count of at most %d (the binary data left after the inputs before), got %s", len(bin)-off, p)
+			}
+			n, err := elements(f+".shape", x.Shape, 1<<40)
+			if err != nil {
+				return nil, bo, err
+			}
+			chunk := bin[off : off+int(size)]
+			off += int(size)
+			if data, err = decodeRaw(f+" (binary data)", x.Datatype, x.Shape, n, chunk); err != nil {
+				return nil, bo, err
+			}
+		} else {
+			n, err := elements(f+".shape", x.Shape, limit)
+			if err != nil {
+				return nil, bo, err
+			}
+			if x.Data == nil || string(x.Data) == "null" {
+				return nil, bo, serve.Inputf(f+".data", "missing: want the tensor's %d values as a JSON array", n)
+			}
+			if data, err = decodeData(f+".data", x.Datatype, x.Shape, n, x.Data); err != nil {
+				return nil, bo, err
+			}
 		}
 		r.Inputs[i] = serve.Tensor{Name: x.Name, Datatype: x.Datatype, Shape: x.Shape, Data: data}
+	}
+	if off != len(bin) {
+		return nil, bo, serve.Inputf("request body", "%d bytes of binary data after the inputs' binary_data_size bytes (%d) (Inference-Header-Content-Length gives the JSON object's length, the inputs' binary_data_size the rest)", len(bin)-off, off)
 	}
 	if len(outputs) > 0 {
 		r.Outputs = make([]string, len(outputs))
@@ -122,19 +203,28 @@ func decodeInfer(body []byte, model, version string) (*serve.Request, error) {
 		for i, o := range outputs {
 			f := "outputs[" + strconv.Itoa(i) + "]"
 			if err := checkOutputRequest(f, o.Name, seenOut, i); err != nil {
-				return nil, err
+				return nil, bo, err
 			}
 			op, err := jsonParams(f+".parameters", o.Parameters)
 			if err != nil {
-				return nil, err
+				return nil, bo, err
 			}
 			if err := checkTensorParams(f+".parameters", op); err != nil {
-				return nil, err
+				return nil, bo, err
+			}
+			if p, ok := op["binary_data"]; ok {
+				if p.kind != kindBool {
+					return nil, bo, serve.Inputf(f+".parameters.binary_data", "want true or false, got %s", p)
+				}
+				if bo.each == nil {
+					bo.each = make(map[string]bool)
+				}
+				bo.each[o.Name] = p.b
 			}
 			r.Outputs[i] = o.Name
 		}
 	}
-	return r, nil
+	return r, bo, nil
 }
 
 // input reads one $request_input object.
@@ -394,7 +484,10 @@ func scanValues[T any](field string, dt serve.Datatype, shape []int64, n int, ra
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, serve.Inputf(field, "want a JSON array of %d %s values, got %s", n, dt, clip(raw, 32))
 	}
-	out := make([]T, n)
+	// Allocate as values come rather than as the shape claims, up to a
+	// first 64Ki: a shape cannot make the server allocate more than the
+	// body's values take.
+	out := make([]T, 0, min(n, 1<<16))
 	count := 0
 	for i := 0; i < len(raw); {
 		c := raw[i]
@@ -424,7 +517,7 @@ func scanValues[T any](field string, dt serve.Datatype, shape []int64, n int, ra
 			if want != "" {
 				return nil, serve.Inputf(field+"["+strconv.Itoa(count)+"]", "%s is not a %s value (want %s)", clip(raw[i:j], 40), dt, want)
 			}
-			out[count] = v
+			out = append(out, v)
 		}
 		count++
 		i = j

@@ -73,7 +73,7 @@ func BenchmarkEncodeInfer(b *testing.B) {
 	var buf []byte
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = appendInferResponse(buf[:0], resp)
+		buf, _ = appendInferResponse(buf[:0], resp, binaryOutputs{})
 	}
 	b.SetBytes(int64(len(buf)))
 }
@@ -114,7 +114,7 @@ func FuzzDecodeInfer(f *testing.F) {
 			}
 		}
 		// Round trip: the response encoding of the inputs decodes to them.
-		out := appendInferResponse(nil, &serve.Response{ModelName: "m", Outputs: r.Inputs})
+		out, _ := appendInferResponse(nil, &serve.Response{ModelName: "m", Outputs: r.Inputs}, binaryOutputs{})
 		var back struct {
 			Outputs []inputJSON `json:"outputs"`
 		}
@@ -157,6 +157,30 @@ func FuzzFastFloat(f *testing.F) {
 			if bits == 32 && math.Float32bits(float32(got)) != math.Float32bits(float32(want)) ||
 				bits == 64 && math.Float64bits(got) != math.Float64bits(want) {
 				t.Fatalf("fastFloat(%q, %d) = %v, strconv %v", s, bits, got, want)
+			}
+		}
+	})
+}
+
+// FuzzDecodeInferBinary: a body with binary data after its JSON
+// (Triton's binary tensor data extension) never panics the decoder, and
+// what it accepts has the values its shapes hold.
+func FuzzDecodeInferBinary(f *testing.F) {
+	bin := append(encodeRaw(serve.Uint32, []uint32{1, 2, 3, 4}), 1, 0, 1)
+	f.Add(append([]byte(binaryExampleJSON), bin...), len(binaryExampleJSON))
+	f.Add([]byte(`{"inputs":[{"name":"s","shape":[2],"datatype":"BYTES","parameters":{"binary_data_size":9}}]}`+"\x01\x00\x00\x00a\x00\x00\x00\x00"), 92)
+	f.Fuzz(func(t *testing.T, body []byte, jsonLen int) {
+		r, _, err := decodeInferBody(body, jsonLen, "mymodel", "")
+		if err != nil {
+			if _, ok := err.(*serve.InputError); !ok {
+				t.Fatalf("error %T %v is not an InputError", err, err)
+			}
+			return
+		}
+		for i, in := range r.Inputs {
+			want, err := elements("", in.Shape, 1<<40)
+			if err != nil || dataLen(in.Datatype, in.Data) != want {
+				t.Fatalf("inputs[%d]: %d values of %T for shape %v (%v)", i, dataLen(in.Datatype, in.Data), in.Data, in.Shape, err)
 			}
 		}
 	})

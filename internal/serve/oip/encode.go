@@ -8,9 +8,13 @@ import (
 	"github.com/virga-ml/virga/internal/serve"
 )
 
-// appendInferResponse appends the protocol's $inference_response for r.
+// appendInferResponse appends the protocol's $inference_response for r,
+// and after it the binary data of the outputs bo asks for as binary;
+// jsonLen is the length of the JSON object if binary data follows, else -1.
 // Outputs were checked with checkOutput.
-func appendInferResponse(b []byte, r *serve.Response) []byte {
+func appendInferResponse(b []byte, r *serve.Response, bo binaryOutputs) (_ []byte, jsonLen int) {
+	start := len(b)
+	anyBinary := false
 	b = append(b, `{"model_name":`...)
 	b = appendString(b, r.ModelName)
 	if r.ModelVersion != "" {
@@ -38,11 +42,28 @@ func appendInferResponse(b []byte, r *serve.Response) []byte {
 			}
 			b = strconv.AppendInt(b, d, 10)
 		}
+		if bo.binary(t.Name) {
+			anyBinary = true
+			b = append(b, `],"parameters":{"binary_data_size":`...)
+			b = strconv.AppendInt(b, int64(rawSize(t.Datatype, t.Data)), 10)
+			b = append(b, "}}"...)
+			continue
+		}
 		b = append(b, `],"data":`...)
 		b = appendData(b, t.Datatype, t.Data)
 		b = append(b, '}')
 	}
-	return append(b, "]}\n"...)
+	b = append(b, "]}\n"...)
+	if !anyBinary {
+		return b, -1
+	}
+	jsonLen = len(b) - start
+	for i := range r.Outputs {
+		if t := &r.Outputs[i]; bo.binary(t.Name) {
+			b = appendRaw(b, t.Datatype, t.Data)
+		}
+	}
+	return b, jsonLen
 }
 
 func appendString(b []byte, s string) []byte {

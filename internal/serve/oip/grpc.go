@@ -203,8 +203,12 @@ func decodeGRPCInfer(in *pb.ModelInferRequest) (*serve.Request, error) {
 		if err := checkInputHeader(f, x.GetName(), dt, true, seen, i); err != nil {
 			return nil, err
 		}
-		if err := checkTensorParams(f+".parameters", grpcParams(x.GetParameters())); err != nil {
+		tp := grpcParams(x.GetParameters())
+		if err := checkTensorParams(f+".parameters", tp); err != nil {
 			return nil, err
+		}
+		if _, ok := tp["binary_data_size"]; ok {
+			return nil, serve.Inputf(f+".parameters.binary_data_size", "the binary tensor extension is HTTP's: over gRPC send the data in raw_input_contents")
 		}
 		n, err := elements(f+".shape", x.GetShape(), 1<<40)
 		if err != nil {

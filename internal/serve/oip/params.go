@@ -70,7 +70,6 @@ var unsupportedParams = map[string]string{
 	"sequence_end":         "sequence batching",
 	"classification":       "the classification extension",
 	"shared_memory_region": "the shared-memory extension",
-	"binary_data_size":     "the binary tensor extension",
 }
 
 // maxTimeoutMicros bounds the timeout parameter (about 292 years would

@@ -120,94 +120,100 @@ func decodeRawBytes(f string, shape []int64, n int, raw []byte) ([][]byte, error
 
 // encodeRaw lays a tensor's values out as decodeRaw reads them.
 func encodeRaw(dt serve.Datatype, data any) []byte {
+	if dt == serve.Uint8 {
+		return data.([]uint8)
+	}
+	return appendRaw(make([]byte, 0, rawSize(dt, data)), dt, data)
+}
+
+// rawSize is the length of a tensor's raw layout.
+func rawSize(dt serve.Datatype, data any) int {
+	if dt == serve.Bytes {
+		n := 0
+		for _, x := range data.([][]byte) {
+			n += 4 + len(x)
+		}
+		return n
+	}
+	return elemSize(dt) * dataLen(dt, data)
+}
+
+// appendRaw appends a tensor's raw layout to out.
+func appendRaw(out []byte, dt serve.Datatype, data any) []byte {
 	le := binary.LittleEndian
 	switch dt {
 	case serve.Bool:
 		v := data.([]bool)
-		out := make([]byte, len(v))
-		for i, b := range v {
+		for _, b := range v {
 			if b {
-				out[i] = 1
+				out = append(out, 1)
+			} else {
+				out = append(out, 0)
 			}
 		}
 		return out
 	case serve.Uint8:
-		return data.([]uint8)
+		return append(out, data.([]uint8)...)
 	case serve.Int8:
 		v := data.([]int8)
-		out := make([]byte, len(v))
-		for i, x := range v {
-			out[i] = byte(x)
+		for _, x := range v {
+			out = append(out, byte(x))
 		}
 		return out
 	case serve.Uint16, serve.FP16:
 		v := data.([]uint16)
-		out := make([]byte, 0, 2*len(v))
 		for _, x := range v {
 			out = le.AppendUint16(out, x)
 		}
 		return out
 	case serve.Int16:
 		v := data.([]int16)
-		out := make([]byte, 0, 2*len(v))
 		for _, x := range v {
 			out = le.AppendUint16(out, uint16(x))
 		}
 		return out
 	case serve.Uint32:
 		v := data.([]uint32)
-		out := make([]byte, 0, 4*len(v))
 		for _, x := range v {
 			out = le.AppendUint32(out, x)
 		}
 		return out
 	case serve.Int32:
 		v := data.([]int32)
-		out := make([]byte, 0, 4*len(v))
 		for _, x := range v {
 			out = le.AppendUint32(out, uint32(x))
 		}
 		return out
 	case serve.FP32:
 		v := data.([]float32)
-		out := make([]byte, 0, 4*len(v))
 		for _, x := range v {
 			out = le.AppendUint32(out, math.Float32bits(x))
 		}
 		return out
 	case serve.Uint64:
 		v := data.([]uint64)
-		out := make([]byte, 0, 8*len(v))
 		for _, x := range v {
 			out = le.AppendUint64(out, x)
 		}
 		return out
 	case serve.Int64:
 		v := data.([]int64)
-		out := make([]byte, 0, 8*len(v))
 		for _, x := range v {
 			out = le.AppendUint64(out, uint64(x))
 		}
 		return out
 	case serve.FP64:
 		v := data.([]float64)
-		out := make([]byte, 0, 8*len(v))
 		for _, x := range v {
 			out = le.AppendUint64(out, math.Float64bits(x))
 		}
 		return out
 	case serve.Bytes:
-		v := data.([][]byte)
-		size := 0
-		for _, x := range v {
-			size += 4 + len(x)
-		}
-		out := make([]byte, 0, size)
-		for _, x := range v {
+		for _, x := range data.([][]byte) {
 			out = le.AppendUint32(out, uint32(len(x)))
 			out = append(out, x...)
 		}
 		return out
 	}
-	return nil
+	return out
 }

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -189,8 +190,12 @@ func probeStatus(ok bool) int {
 
 func (h *Handler) serverMetadata(w http.ResponseWriter, r *http.Request) {
 	md := h.svc.Metadata()
-	if md.Extensions == nil {
-		md.Extensions = []string{}
+	// The extensions this front end implements over REST, whatever the Service says.
+	md.Extensions = slices.Clone(md.Extensions)
+	for _, x := range []string{"model_repository", "binary_tensor_data"} {
+		if !slices.Contains(md.Extensions, x) {
+			md.Extensions = append(md.Extensions, x)
+		}
 	}
 	writeJSON(w, http.StatusOK, md)
 }
@@ -247,9 +252,14 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Bu
 
 func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 	arrived := h.opts.Now()
-	if r.Header.Get("Inference-Header-Content-Length") != "" {
-		writeError(w, http.StatusBadRequest, errors.New("Inference-Header-Content-Length: the binary tensor extension is not supported by this server: send the tensors' values as JSON in \"data\""))
-		return
+	jsonLen := -1
+	if v := r.Header.Get("Inference-Header-Content-Length"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("Inference-Header-Content-Length: want the length in bytes of the JSON object that begins the body, got %q", v))
+			return
+		}
+		jsonLen = n
 	}
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
@@ -257,7 +267,7 @@ func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 	if !h.readBody(w, r, buf) {
 		return
 	}
-	req, err := decodeInfer(buf.Bytes(), r.PathValue("model"), r.PathValue("version"))
+	req, bo, err := decodeInferBody(buf.Bytes(), jsonLen, r.PathValue("model"), r.PathValue("version"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
@@ -273,8 +283,14 @@ func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	buf.Reset()
-	out := appendInferResponse(buf.Bytes(), resp)
-	w.Header().Set("Content-Type", "application/json")
+	out, jsonLen := appendInferResponse(buf.Bytes(), resp, bo)
+	if jsonLen >= 0 {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Inference-Header-Content-Length", strconv.Itoa(jsonLen))
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
 	if cap(out) > buf.Cap() {

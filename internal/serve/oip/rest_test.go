@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -156,8 +157,8 @@ func TestHealthAndMetadata(t *testing.T) {
 	}{
 		{"/v2/health/live", 200, `{"live":true}`},
 		{"/v2/health/ready", 200, `{"ready":true}`},
-		{"/v2", 200, `{"name":"virga","version":"test","extensions":["model_repository"]}`},
-		{"/v2/", 200, `{"name":"virga","version":"test","extensions":["model_repository"]}`},
+		{"/v2", 200, `{"name":"virga","version":"test","extensions":["model_repository","binary_tensor_data"]}`},
+		{"/v2/", 200, `{"name":"virga","version":"test","extensions":["model_repository","binary_tensor_data"]}`},
 		{"/v2/models/sum", 200, `{"name":"sum","versions":["1"],"platform":"virga_test",
 			"inputs":[{"name":"x","datatype":"FP32","shape":[-1,4]}],
 			"outputs":[{"name":"sum","datatype":"FP64","shape":[-1]},{"name":"double","datatype":"FP32","shape":[-1,4]}]}`},
@@ -227,12 +228,13 @@ func TestInferErrors(t *testing.T) {
 		{"truncated JSON", "identity", `{"inputs":[`, 400, `request body: the JSON value ends early, at offset 11 (want '{')`},
 		{"empty body", "identity", ` `, 400, `request body: empty: want a JSON object`},
 		{"trailing data", "identity", `{"inputs":[]} {}`, 400, `request body: data after the JSON object at offset 14`},
+		{"model_name disagrees", "identity", `{"model_name":"sum","inputs":[]}`, 400, `model_name: "sum", but the path names "identity"`},
 		{"id not a string", "identity", `{"id":42,"inputs":[]}`, 400, `id: want a string, got 42`},
 		{"priority not an integer", "identity", `{"parameters":{"priority":"high"},"inputs":[]}`, 400, `parameters.priority: want a non-negative integer, got "high"`},
 		{"negative timeout", "identity", `{"parameters":{"timeout":-5},"inputs":[]}`, 400, `parameters.timeout: want a non-negative integer, got -5`},
 		{"parameter an object", "identity", `{"parameters":{"timeout":{}},"inputs":[]}`, 400, `parameters.timeout: want a string, number or boolean`},
 		{"sequence batching", "identity", `{"parameters":{"sequence_id":7},"inputs":[]}`, 400, `parameters.sequence_id: sequence batching is not supported`},
-		{"binary input", "identity", `{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4},"data":[1]}]}`, 400, `inputs[0].parameters.binary_data_size: the binary tensor extension is not supported`},
+		{"binary input", "identity", `{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4},"data":[1]}]}`, 400, `inputs[0].parameters.binary_data_size: binary data needs the Inference-Header-Content-Length header`},
 		{"body over the limit", "identity", x("[1100]", "FP32", "["+strings.Repeat("1.5,", 1099)+"1]"), 413, `larger than the limit of 4096 bytes`},
 		{"model refuses the shape", "sum", x("[1,3]", "FP32", "[1,2,3]"), 400, `inputs: input "x" has shape [1 3], the model takes [-1 4]`},
 		{"unknown model", "nope", x("[1]", "FP32", "[1]"), 404, `model not found`},
@@ -504,5 +506,122 @@ func TestBrowserRefused(t *testing.T) {
 	}
 	if !e.svc.loaded["sum"] {
 		t.Error("the refused unload unloaded the model")
+	}
+}
+
+// The request of the binary tensor data extension's example (Triton's
+// docs/protocol/extension_binary_data.md), verbatim: its inputs follow the
+// JSON as 19 bytes of binary data, and output0 is asked for as binary.
+const binaryExampleJSON = `{
+  "model_name" : "mymodel",
+  "inputs" : [
+    {
+      "name" : "input0",
+      "shape" : [ 2, 2 ],
+      "datatype" : "UINT32",
+      "parameters" : {
+        "binary_data_size" : 16
+      }
+    },
+    {
+      "name" : "input1",
+      "shape" : [ 3 ],
+      "datatype" : "BOOL",
+      "parameters" : {
+        "binary_data_size" : 3
+      }
+    }
+  ],
+  "outputs" : [
+    {
+      "name" : "output0",
+      "parameters" : {
+        "binary_data" : true
+      }
+    }
+  ]
+}`
+
+// postBinary sends a JSON object followed by binary data with the
+// Inference-Header-Content-Length header.
+func (e *restEnv) postBinary(path, js string, bin []byte, headerLen string) (*http.Response, []byte) {
+	e.t.Helper()
+	req, err := http.NewRequest("POST", e.srv.URL+path, bytes.NewReader(append([]byte(js), bin...)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if headerLen == "" {
+		headerLen = strconv.Itoa(len(js))
+	}
+	req.Header.Set("Inference-Header-Content-Length", headerLen)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp, b
+}
+
+// TestBinaryExtension runs the binary tensor data extension's example and
+// checks the response is laid out as the extension's example response.
+func TestBinaryExtension(t *testing.T) {
+	e := newRESTEnv(t, Options{})
+	bin := append(encodeRaw(serve.Uint32, []uint32{1, 2, 3, 4}), 1, 0, 1)
+	resp, body := e.postBinary("/v2/models/mymodel/infer", binaryExampleJSON, bin, "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP %d %s", resp.StatusCode, body)
+	}
+	hl, err := strconv.Atoi(resp.Header.Get("Inference-Header-Content-Length"))
+	if err != nil || hl > len(body) || resp.Header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("headers %v for a body of %d bytes", resp.Header, len(body))
+	}
+	jsonEqual(t, body[:hl], `{"model_name":"mymodel","outputs":[{"name":"output0","shape":[3,2],"datatype":"FP32","parameters":{"binary_data_size":24}}]}`)
+	if got, want := body[hl:], encodeRaw(serve.FP32, []float32{1, 1.1, 2, 2.1, 3, 3.1}); !bytes.Equal(got, want) {
+		t.Errorf("binary output %x, want %x", got, want)
+	}
+	if in := e.svc.lastRequest().Inputs; !reflect.DeepEqual(in[0].Data, []uint32{1, 2, 3, 4}) || !reflect.DeepEqual(in[1].Data, []bool{true, false, true}) {
+		t.Errorf("inputs decoded to %v and %v", in[0].Data, in[1].Data)
+	}
+
+	// binary_data_output asks for every output in binary, unless one says otherwise.
+	js := `{"parameters":{"binary_data_output":true},"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}],
+		"outputs":[{"name":"sum"},{"name":"double","parameters":{"binary_data":false}}]}`
+	code, ctype, body := e.do("POST", "/v2/models/sum/infer", js)
+	if code != 200 || ctype != "application/octet-stream" {
+		t.Fatalf("binary_data_output: HTTP %d %s", code, ctype)
+	}
+	sum := encodeRaw(serve.FP64, []float64{10})
+	hl = len(body) - len(sum)
+	jsonEqual(t, body[:hl], `{"model_name":"sum","outputs":[{"name":"sum","datatype":"FP64","shape":[1],"parameters":{"binary_data_size":8}},
+		{"name":"double","datatype":"FP32","shape":[1,4],"data":[2,4,6,8]}]}`)
+	if !bytes.Equal(body[hl:], sum) {
+		t.Errorf("binary sum %x, want %x", body[hl:], sum)
+	}
+
+	for _, c := range []struct {
+		name, js  string
+		bin       []byte
+		headerLen string
+		want      string
+	}{
+		{"header past the body", binaryExampleJSON, bin, "100000", "Inference-Header-Content-Length: 100000 is more than the body's"},
+		{"header not a number", binaryExampleJSON, bin, "abc", `Inference-Header-Content-Length: want the length in bytes of the JSON object that begins the body, got "abc"`},
+		{"too little binary data", binaryExampleJSON, bin[:18], "", "inputs[1].parameters.binary_data_size: want a byte count of at most 2 (the binary data left after the inputs before), got 3"},
+		{"binary data left over", binaryExampleJSON, append(bin, 9), "", "request body: 1 bytes of binary data after the inputs' binary_data_size bytes (19)"},
+		{"wrong size for the shape", strings.Replace(binaryExampleJSON, `"binary_data_size" : 16`, `"binary_data_size" : 12`, 1), bin[4:], "", "inputs[0] (binary data): 12 bytes for shape [2,2] of UINT32 (16 expected: 4 values of 4 bytes)"},
+		{"data and binary", `{"inputs":[{"name":"x","shape":[1],"datatype":"UINT8","parameters":{"binary_data_size":1},"data":[1]}]}`, []byte{1}, "", "inputs[0].data: given with binary_data_size"},
+		{"binary_data not a bool", `{"inputs":[],"outputs":[{"name":"y","parameters":{"binary_data":1}}]}`, nil, "", "outputs[0].parameters.binary_data: want true or false, got 1"},
+	} {
+		resp, body := e.postBinary("/v2/models/mymodel/infer", c.js, c.bin, c.headerLen)
+		var eb Error
+		_ = json.Unmarshal(body, &eb)
+		if resp.StatusCode != 400 || !strings.Contains(eb.Error, c.want) {
+			t.Errorf("%s: HTTP %d %q\nwant 400 %q", c.name, resp.StatusCode, eb.Error, c.want)
+		}
 	}
 }
