@@ -227,9 +227,23 @@ func (h *Handler) modelReady(w http.ResponseWriter, r *http.Request) {
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
+func getBuf() *bytes.Buffer {
+	b := bufPool.Get().(*bytes.Buffer)
+	b.Reset()
+	return b
+}
+
+// putBuf returns b to the pool unless it grew past what most requests need,
+// so that one large request does not pin its memory.
+func putBuf(b *bytes.Buffer) {
+	if b.Cap() <= 1<<20 {
+		bufPool.Put(b)
+	}
+}
+
 // readBody reads r's body whole, up to MaxBody; past it, or if reading
 // fails, it answers the request itself and returns false. The caller puts
-// buf back in bufPool when done with the body.
+// buf back with putBuf when done with the body.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) bool {
 	if r.ContentLength > h.opts.MaxBody {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body: %d bytes, larger than the limit of %d bytes", r.ContentLength, h.opts.MaxBody))
@@ -261,9 +275,8 @@ func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 		}
 		jsonLen = n
 	}
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer bufPool.Put(buf)
+	buf := getBuf()
+	defer putBuf(buf)
 	if !h.readBody(w, r, buf) {
 		return
 	}
@@ -381,9 +394,8 @@ func (h *Handler) unload(w http.ResponseWriter, r *http.Request) {
 // decodeOptional decodes r's body, if it has one, into v; it answers a bad
 // body itself and returns false.
 func (h *Handler) decodeOptional(w http.ResponseWriter, r *http.Request, v any) bool {
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer bufPool.Put(buf)
+	buf := getBuf()
+	defer putBuf(buf)
 	if !h.readBody(w, r, buf) {
 		return false
 	}
