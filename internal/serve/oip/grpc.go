@@ -25,15 +25,18 @@ type GRPCService struct {
 
 var _ pb.GRPCInferenceServiceServer = (*GRPCService)(nil)
 
-// NewGRPCService returns the gRPC service of svc, to register on a
-// grpc.Server (NewGRPCServer does, with the options' token check and
-// message size limit).
+// NewGRPCService returns the gRPC service of svc. NewGRPCServer registers
+// it, with Triton's repository methods, the options' token check and
+// message size limit; pb.RegisterGRPCInferenceServiceServer registers the
+// specification's methods only.
 func NewGRPCService(svc serve.Service, opts Options) *GRPCService {
 	return &GRPCService{svc: svc, opts: opts.withDefaults()}
 }
 
 // NewGRPCServer returns a gRPC server serving svc as
-// inference.GRPCInferenceService: received messages are bounded by
+// inference.GRPCInferenceService, the specification's six methods and
+// Triton's RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload:
+// received messages are bounded by
 // Options.MaxBody, and with Options.CheckToken set every call but
 // ServerLive and ServerReady needs "authorization: Bearer <token>" metadata.
 // extra options are appended (TLS credentials, keepalive).
@@ -44,7 +47,7 @@ func NewGRPCServer(svc serve.Service, opts Options, extra ...grpc.ServerOption) 
 		so = append(so, grpc.UnaryInterceptor(AuthInterceptor(opts.CheckToken)))
 	}
 	s := grpc.NewServer(append(so, extra...)...)
-	pb.RegisterGRPCInferenceServiceServer(s, NewGRPCService(svc, opts))
+	s.RegisterService(serviceDesc(), NewGRPCService(svc, opts))
 	return s
 }
 

@@ -27,6 +27,7 @@ import (
 // a client of the generated code connected to it.
 type grpcEnv struct {
 	svc    *testService
+	conn   *grpc.ClientConn
 	client pb.GRPCInferenceServiceClient
 }
 
@@ -51,7 +52,7 @@ func newGRPCEnv(t *testing.T, opts Options) *grpcEnv {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &grpcEnv{svc: svc, client: pb.NewGRPCInferenceServiceClient(conn)}
+	return &grpcEnv{svc: svc, conn: conn, client: pb.NewGRPCInferenceServiceClient(conn)}
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -336,6 +337,68 @@ func TestGRPCAuth(t *testing.T) {
 		_, err := e.client.ServerMetadata(cctx, &pb.ServerMetadataRequest{})
 		if st, _ := status.FromError(err); st.Code() != c.wantCode || !strings.Contains(st.Message(), c.want) {
 			t.Errorf("authorization %q: %v, want %v %q", c.auth, err, c.wantCode, c.want)
+		}
+	}
+}
+
+// TestGRPCRepository calls Triton's repository methods as Triton's clients
+// do (same method names and messages).
+func TestGRPCRepository(t *testing.T) {
+	e := newGRPCEnv(t, Options{CheckToken: func(ctx context.Context, tok string) error {
+		if tok != "secret" {
+			return errors.New("not an admin token")
+		}
+		return nil
+	}})
+	ctx := metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer secret")
+	index := func(ready bool) []string {
+		t.Helper()
+		var resp pb.RepositoryIndexResponse
+		if err := e.conn.Invoke(ctx, methodRepositoryIndex, &pb.RepositoryIndexRequest{Ready: ready}, &resp); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range resp.Models {
+			got = append(got, m.Name+":"+m.State)
+		}
+		return got
+	}
+	if got, want := index(false), []string{"broken:UNAVAILABLE", "busy:READY", "identity:READY", "mymodel:READY", "sum:READY"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("index %v, want %v", got, want)
+	}
+	unload := &pb.RepositoryModelUnloadRequest{ModelName: "sum", Parameters: map[string]*pb.ModelRepositoryParameter{
+		"unload_dependents": {ParameterChoice: &pb.ModelRepositoryParameter_BoolParam{BoolParam: true}}}}
+	if err := e.conn.Invoke(ctx, methodRepositoryUnload, unload, &pb.RepositoryModelUnloadResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := index(true), []string{"busy:READY", "identity:READY", "mymodel:READY"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ready index after unload %v, want %v", got, want)
+	}
+	if err := e.conn.Invoke(ctx, methodRepositoryLoad, &pb.RepositoryModelLoadRequest{ModelName: "sum"}, &pb.RepositoryModelLoadResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.client.ModelReady(ctx, &pb.ModelReadyRequest{Name: "sum"}); err != nil || !r.Ready {
+		t.Errorf("ModelReady after load = %v, %v", r, err)
+	}
+	for _, c := range []struct {
+		name, method string
+		req          proto.Message
+		ctx          context.Context
+		wantCode     codes.Code
+		want         string
+	}{
+		{"unknown model", methodRepositoryLoad, &pb.RepositoryModelLoadRequest{ModelName: "nope"}, ctx, codes.NotFound, "model not found"},
+		{"load fails", methodRepositoryLoad, &pb.RepositoryModelLoadRequest{ModelName: "broken"}, ctx, codes.Unavailable, "model unavailable"},
+		{"no name", methodRepositoryUnload, &pb.RepositoryModelUnloadRequest{}, ctx, codes.InvalidArgument, "model_name: missing"},
+		{"config override", methodRepositoryLoad, &pb.RepositoryModelLoadRequest{ModelName: "sum", Parameters: map[string]*pb.ModelRepositoryParameter{
+			"config": {ParameterChoice: &pb.ModelRepositoryParameter_StringParam{StringParam: "{}"}}}}, ctx, codes.InvalidArgument, "parameters.config: not supported"},
+		{"other repository", methodRepositoryIndex, &pb.RepositoryIndexRequest{RepositoryName: "models2"}, ctx, codes.InvalidArgument, `repository_name: "models2": this server has one model repository`},
+		{"no token", methodRepositoryIndex, &pb.RepositoryIndexRequest{}, ctxT(t), codes.Unauthenticated, "a token is required"},
+	} {
+		var resp pb.RepositoryIndexResponse // every response here is empty or an index
+		err := e.conn.Invoke(c.ctx, c.method, c.req, &resp)
+		if st, _ := status.FromError(err); st.Code() != c.wantCode || !strings.Contains(st.Message(), c.want) {
+			t.Errorf("%s: %v, want %v %q", c.name, err, c.wantCode, c.want)
 		}
 	}
 }
