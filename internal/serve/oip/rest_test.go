@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -622,6 +623,42 @@ func TestBinaryExtension(t *testing.T) {
 		_ = json.Unmarshal(body, &eb)
 		if resp.StatusCode != 400 || !strings.Contains(eb.Error, c.want) {
 			t.Errorf("%s: HTTP %d %q\nwant 400 %q", c.name, resp.StatusCode, eb.Error, c.want)
+		}
+	}
+}
+
+// TestConcurrentInfer: requests in parallel each get their own answer (the
+// pooled request and response buffers are never shared).
+func TestConcurrentInfer(t *testing.T) {
+	e := newRESTEnv(t, Options{})
+	const workers, each = 8, 40
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range each {
+				v := strconv.Itoa(w*1000 + i)
+				n := 1 + (w*7+i)%300 // sizes differ, so buffers grow and are reused
+				data := strings.Repeat(v+",", n-1) + v
+				body := `{"id":"` + v + `","inputs":[{"name":"t","shape":[` + strconv.Itoa(n) + `],"datatype":"INT32","data":[` + data + `]}]}`
+				resp, err := e.srv.Client().Post(e.srv.URL+"/v2/models/identity/infer", "application/json", strings.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				want := `{"model_name":"identity","id":"` + v + `","outputs":[{"name":"t","datatype":"INT32","shape":[` + strconv.Itoa(n) + `],"data":[` + data + `]}]}` + "\n"
+				if string(b) != want {
+					errs <- fmt.Errorf("request %s: got %.200s\nwant %.200s", v, b, want)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
 		}
 	}
 }
