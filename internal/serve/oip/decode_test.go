@@ -63,19 +63,45 @@ func BenchmarkDecodeInfer(b *testing.B) {
 	})
 }
 
-// BenchmarkEncodeInfer encodes a response of one FP32 [64,64] output.
+// BenchmarkEncodeInfer encodes a response of one FP32 [64,64] output:
+// "virga" is appendInferResponse, "encoding-json" json.Marshal of the same
+// response as a struct, for comparison.
 func BenchmarkEncodeInfer(b *testing.B) {
 	r, err := decodeInfer(inferBody64(), "m", "")
 	if err != nil {
 		b.Fatal(err)
 	}
 	resp := &serve.Response{ModelName: "m", Outputs: r.Inputs}
-	var buf []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		buf, _ = appendInferResponse(buf[:0], resp, binaryOutputs{})
-	}
-	b.SetBytes(int64(len(buf)))
+	b.Run("virga", func(b *testing.B) {
+		var buf []byte
+		b.ReportAllocs()
+		for b.Loop() {
+			buf, _ = appendInferResponse(buf[:0], resp, binaryOutputs{})
+		}
+		b.SetBytes(int64(len(buf)))
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		type output struct {
+			Name     string    `json:"name"`
+			Datatype string    `json:"datatype"`
+			Shape    []int64   `json:"shape"`
+			Data     []float32 `json:"data"`
+		}
+		v := struct {
+			ModelName string   `json:"model_name"`
+			Outputs   []output `json:"outputs"`
+		}{"m", []output{{"pixels", "FP32", []int64{64, 64}, r.Inputs[0].Data.([]float32)}}}
+		var n int
+		b.ReportAllocs()
+		for b.Loop() {
+			out, err := json.Marshal(v)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n = len(out)
+		}
+		b.SetBytes(int64(n))
+	})
 }
 
 // FuzzDecodeInfer: decodeInfer never panics; what it accepts has, for
