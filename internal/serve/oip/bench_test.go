@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -17,8 +18,8 @@ import (
 )
 
 // BenchmarkRoundTrip64 sends one FP32 [64,64] tensor through the identity
-// model and back over loopback: REST with JSON, gRPC with typed contents,
-// and gRPC with raw contents.
+// model and back over loopback: REST with JSON, REST with the binary tensor
+// data extension, gRPC with typed contents, and gRPC with raw contents.
 func BenchmarkRoundTrip64(b *testing.B) {
 	body := inferBody64()
 	b.Run("rest-json", func(b *testing.B) {
@@ -43,6 +44,30 @@ func BenchmarkRoundTrip64(b *testing.B) {
 		b.Fatal(err)
 	}
 	data := r.Inputs[0].Data.([]float32)
+	b.Run("rest-binary", func(b *testing.B) {
+		srv := httptest.NewServer(NewHandler(newTestService(), Options{}))
+		defer srv.Close()
+		js := `{"inputs":[{"name":"pixels","shape":[64,64],"datatype":"FP32","parameters":{"binary_data_size":16384}}],` +
+			`"outputs":[{"name":"pixels","parameters":{"binary_data":true}}]}`
+		bin := append([]byte(js), encodeRaw(serve.FP32, data)...)
+		b.ReportAllocs()
+		for b.Loop() {
+			req, err := http.NewRequest("POST", srv.URL+"/v2/models/identity/infer", bytes.NewReader(bin))
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Header.Set("Inference-Header-Content-Length", strconv.Itoa(len(js)))
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Inference-Header-Content-Length") == "" {
+				b.Fatal(resp.Status)
+			}
+		}
+	})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
