@@ -206,7 +206,14 @@ func (h *Handler) modelMetadata(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, md)
+	out := *md // the protocol's inputs and outputs are arrays, never null
+	if out.Inputs == nil {
+		out.Inputs = []serve.TensorSpec{}
+	}
+	if out.Outputs == nil {
+		out.Outputs = []serve.TensorSpec{}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // ModelReady is the body of GET v2/models/{m}/ready.

@@ -166,6 +166,7 @@ func TestHealthAndMetadata(t *testing.T) {
 		{"/v2/models/sum/versions/1", 200, `{"name":"sum","versions":["1"],"platform":"virga_test",
 			"inputs":[{"name":"x","datatype":"FP32","shape":[-1,4]}],
 			"outputs":[{"name":"sum","datatype":"FP64","shape":[-1]},{"name":"double","datatype":"FP32","shape":[-1,4]}]}`},
+		{"/v2/models/identity", 200, `{"name":"identity","platform":"virga_test","inputs":[],"outputs":[]}`},
 		{"/v2/models/sum/ready", 200, `{"name":"sum","ready":true}`},
 		{"/v2/models/sum/versions/1/ready", 200, `{"name":"sum","ready":true}`},
 		{"/v2/models/broken/ready", 503, `{"name":"broken","ready":false}`},
