@@ -45,6 +45,9 @@ var (
 	// ErrNoModel means a trial has no checkpoint holding a model directory:
 	// its trainer does not write model/ (wraps virga.ErrConflict).
 	ErrNoModel = fmt.Errorf("no model in the trial's checkpoints: %w", virga.ErrConflict)
+	// ErrNoFiles means the registry was made without checkpoint storage (a
+	// read-only view of a store): model files can be neither read nor written.
+	ErrNoFiles = errors.New("no checkpoint storage for model files here: start `virga server` on the data directory or pass --server URL")
 )
 
 // ManifestError is a model directory's virga-model.json that is missing or
@@ -88,11 +91,15 @@ type Registry struct {
 	mu sync.Mutex
 }
 
-// New returns a registry over st and the checkpoint storage files; now is
-// the clock (nil: time.Now).
+// New returns a registry over st and the checkpoint storage files (nil:
+// none, every use of files fails with ErrNoFiles); now is the clock (nil:
+// time.Now).
 func New(st store.Store, files Files, now func() time.Time) *Registry {
 	if now == nil {
 		now = time.Now
+	}
+	if files == nil {
+		files = noFiles{}
 	}
 	return &Registry{st: st, files: files, now: now, MaxUpload: DefaultMaxUpload}
 }
@@ -389,3 +396,10 @@ func (r *Registry) WriteArchive(v *virga.ModelVersion, w io.Writer) error {
 	_, err = checkpoint.WriteArchive(w, dir)
 	return err
 }
+
+// noFiles is the Files of a registry without checkpoint storage.
+type noFiles struct{}
+
+func (noFiles) SaveFor(string, string) (checkpoint.Info, error) { return checkpoint.Info{}, ErrNoFiles }
+func (noFiles) Restore(string, string) error                    { return ErrNoFiles }
+func (noFiles) Delete(string) error                             { return ErrNoFiles }
