@@ -63,10 +63,10 @@ type ModelAlias struct {
 // Model summarises a registered model: how many versions it has and the
 // newest one.
 type Model struct {
-	Name     string    `json:"name"`
-	Versions int       `json:"versions"`
-	Latest   int64     `json:"latest"` // the highest version number
-	Updated  time.Time `json:"updated_at"`
+	Name      string    `json:"name"`
+	Versions  int       `json:"versions"`
+	Latest    int64     `json:"latest"`     // the highest version number
+	UpdatedAt time.Time `json:"updated_at"` // when its newest version was registered
 }
 
 // MaxModelName is the longest model or alias name, in bytes.
