@@ -147,6 +147,9 @@ func ReadManifest(dir, shown string) (*serve.Manifest, error) {
 	if m.File == "" || path.IsAbs(m.File) || clean == ".." || strings.HasPrefix(clean, "../") || clean == "." {
 		return nil, bad("file", "%q: want the model file's path relative to the directory, inside it", m.File)
 	}
+	if clean != m.File {
+		return nil, bad("file", "%q: want the path in its plain form, %q", m.File, clean)
+	}
 	if fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(clean))); err != nil || !fi.Mode().IsRegular() {
 		return nil, bad("file", "%q: no such regular file in %s", m.File, shown)
 	}

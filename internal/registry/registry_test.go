@@ -24,7 +24,7 @@ const manifest = `{"format":"virga.mlp/v1","file":"mlp.json","signature":{
  "max_batch":64}`
 
 // writeTree writes files (slash paths to contents) under dir.
-func writeTree(t *testing.T, dir string, files map[string]string) {
+func writeTree(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	for name, body := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
@@ -275,6 +275,7 @@ func TestReadManifest(t *testing.T) {
 		{"no format", `{"file":"mlp.json"}`, "format: missing"},
 		{"no file", `{"format":"onnx"}`, `file: "": want`},
 		{"outside", `{"format":"onnx","file":"../x"}`, `file: "../x"`},
+		{"not plain", `{"format":"onnx","file":"./mlp.json"}`, `file: "./mlp.json": want the path in its plain form, "mlp.json"`},
 		{"absent file", `{"format":"onnx","file":"model.onnx"}`, `no such regular file in model/`},
 		{"no inputs", `{"format":"onnx","file":"mlp.json","signature":{"outputs":[{"name":"y","datatype":"FP32","shape":[-1]}]}}`, "signature.inputs: empty"},
 		{"bad datatype", `{"format":"onnx","file":"mlp.json","signature":{"inputs":[{"name":"x","datatype":"FLOAT","shape":[-1]}],"outputs":[{"name":"y","datatype":"FP32","shape":[-1]}]}}`, `signature.inputs[0].datatype: "FLOAT"`},
@@ -302,4 +303,34 @@ func TestReadManifest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzReadManifest feeds ReadManifest arbitrary manifests: it never panics,
+// an error is a ManifestError, and what it accepts is well formed.
+func FuzzReadManifest(f *testing.F) {
+	f.Add(manifest)
+	f.Add(`{"format":"onnx","file":"mlp.json","signature":{"inputs":[{"name":"x","datatype":"FP32","shape":[-1]}],"outputs":[{"name":"y","datatype":"INT64","shape":[]}]}}`)
+	f.Add(`{"format":"onnx","file":"./sub/../mlp.json"}`)
+	f.Add(`[]`)
+	dir := f.TempDir()
+	writeTree(f, dir, map[string]string{"mlp.json": "{}"})
+	f.Fuzz(func(t *testing.T, data string) {
+		if err := os.WriteFile(filepath.Join(dir, "virga-model.json"), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m, err := registry.ReadManifest(dir, "model/")
+		if err != nil {
+			var me *registry.ManifestError
+			if !errors.As(err, &me) {
+				t.Fatalf("ReadManifest(%q) = %v; want a ManifestError", data, err)
+			}
+			return
+		}
+		if m.Format == "" || len(m.Signature.Inputs) == 0 || len(m.Signature.Outputs) == 0 || m.MaxBatch < 0 {
+			t.Fatalf("ReadManifest(%q) accepted %+v", data, m)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, m.File)); err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("ReadManifest(%q) accepted file %q, not a regular file in the directory", data, m.File)
+		}
+	})
 }
