@@ -27,6 +27,8 @@ import (
 	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/backend/local"
+	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/registry"
 	"github.com/virga-ml/virga/internal/server"
 	"github.com/virga-ml/virga/internal/spec"
 	"github.com/virga-ml/virga/internal/store/storeopen"
@@ -137,7 +139,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(
 		newRunCmd(g), newServerCmd(g), newValidateCmd(g), newLsCmd(g), newShowCmd(g), newTrialsCmd(g),
 		newLogsCmd(g), newControlCmd(g, "stop"), newControlCmd(g, "pause"), newControlCmd(g, "resume"), newBestCmd(g), newSimCmd(g),
-		newEstimateCmd(g), newAgentCmd(g), newAlgoCmd(g),
+		newEstimateCmd(g), newAgentCmd(g), newAlgoCmd(g), newModelsCmd(g),
 	)
 	return root
 }
@@ -172,12 +174,34 @@ func (g *globals) client(ctx context.Context) (*client.Client, func(), error) {
 	}
 	// Serve in-process without a socket: an HTTP server on in-memory pipes.
 	ln := newMemListener()
-	srv := &http.Server{Handler: api.New(api.Config{Store: st, Version: version}), ReadHeaderTimeout: 10 * time.Second}
+	// Model files are read in place from the default checkpoint directory
+	// (never opened as a checkpoint.Store: that is the server's to own).
+	models := registry.New(st, readOnlyFiles{root: filepath.Join(g.dataDir, "checkpoints")}, nil)
+	srv := &http.Server{Handler: api.New(api.Config{Store: st, Version: version, Models: models}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	c := client.NewWithHTTP("http://localhost", "", &http.Client{Transport: &http.Transport{DialContext: ln.dial}})
 	g.readOnly = true
 	return c, func() { _ = srv.Close(); _ = st.Close() }, nil
 }
+
+// readOnlyFiles is a data directory's checkpoint directory read in place,
+// for the read-only view of a data directory without a server: model files
+// can be downloaded, not written.
+type readOnlyFiles struct{ root string }
+
+// Path returns the directory of checkpoint id ("" for an invalid ID).
+func (f readOnlyFiles) Path(id string) string {
+	if !checkpoint.ValidID(id) {
+		return ""
+	}
+	return filepath.Join(f.root, id)
+}
+
+func (readOnlyFiles) SaveFor(string, string) (checkpoint.Info, error) {
+	return checkpoint.Info{}, registry.ErrNoFiles
+}
+func (readOnlyFiles) Restore(string, string) error { return registry.ErrNoFiles }
+func (readOnlyFiles) Delete(string) error          { return registry.ErrNoFiles }
 
 // checkServerURL refuses a --server value that is not an http(s) URL.
 func checkServerURL(s string) error {

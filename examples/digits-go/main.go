@@ -1,7 +1,8 @@
 // Command digits-go trains a small multilayer perceptron on the UCI digits
 // data set (examples/data) and speaks Virga's trial protocol through
 // sdk/go/trial: hyperparameters from VIRGA_HPARAMS, a checkpoint in
-// VIRGA_CHECKPOINT_DIR after every epoch, a metrics report after every
+// VIRGA_CHECKPOINT_DIR after every epoch (with the network in model/, a model
+// directory Virga's registry takes: see model.go), a metrics report after every
 // checkpoint, and a prompt exit on SIGTERM. It uses only the standard library.
 //
 // Run it by hand from the repository root:

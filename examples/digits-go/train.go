@@ -76,7 +76,8 @@ var errDiverged = errors.New("training diverged")
 //  2. for each remaining epoch: shuffle the training rows with the epoch's
 //     seed and make one pass of mini-batch SGD, abandoning the epoch as soon
 //     as stopping is closed;
-//  3. evaluate on the validation rows, write the checkpoint, then report
+//  3. evaluate on the validation rows, write the model (model/, the network
+//     for Virga's model registry) and the checkpoint, then report
 //     (the order the protocol asks for: Virga saves the directory on the report);
 //  4. return when the epochs are done or the decision is Stop.
 //
@@ -125,6 +126,9 @@ func train(ctx context.Context, cfg config, ds *mlp.Dataset, rep reporter, stopp
 		valLoss, valAcc := m.Evaluate(ds.ValX, ds.ValY)
 		if math.IsNaN(trainLoss) || math.IsInf(trainLoss, 0) || math.IsNaN(valLoss) || math.IsInf(valLoss, 0) {
 			return m, 0, fmt.Errorf("epoch %d: train loss %v, validation loss %v: %w (try a lower --lr)", epoch, trainLoss, valLoss, errDiverged)
+		}
+		if err := saveModel(cfg.CheckpointDir, m); err != nil {
+			return m, 0, fmt.Errorf("epoch %d: %w", epoch, err)
 		}
 		if err := saveCheckpoint(cfg.CheckpointDir, cfg.header(epoch), m); err != nil {
 			return m, 0, fmt.Errorf("epoch %d: %w", epoch, err)

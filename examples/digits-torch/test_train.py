@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import io
+import json
 import os
 import shutil
 import sys
@@ -24,6 +25,61 @@ try:
     import torch  # noqa: F401
 except ImportError:  # pragma: no cover - depends on the interpreter
     torch = None
+
+
+def _fields(buf):
+    """Decode one protobuf message into {field number: [values]} (varints as
+    ints, length-delimited fields as bytes): enough to read an ONNX file's
+    graph signature without the onnx package."""
+    out, i = {}, 0
+
+    def varint():
+        nonlocal i
+        shift = value = 0
+        while True:
+            b = buf[i]
+            i += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return value
+
+    while i < len(buf):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value = varint()
+        elif wire == 2:
+            n = varint()
+            value, i = buf[i:i + n], i + n
+        elif wire == 1:
+            value, i = buf[i:i + 8], i + 8
+        elif wire == 5:
+            value, i = buf[i:i + 4], i + 4
+        else:
+            raise ValueError(f"wire type {wire}")
+        out.setdefault(field, []).append(value)
+    return out
+
+
+def onnx_signature(path):
+    """The opset and the (name, element type, dims) of an ONNX model's graph
+    inputs and outputs; a dim is an int or the name of a dynamic axis."""
+    with open(path, "rb") as f:
+        model = _fields(f.read())
+    opset = max(_fields(o).get(2, [0])[0] for o in model[8] if not _fields(o).get(1))
+    graph = _fields(model[7][0])
+
+    def info(raw):
+        vi = _fields(raw)
+        tensor = _fields(_fields(vi[2][0])[1][0])
+        dims = []
+        for d in _fields(tensor[2][0]).get(1, []):
+            d = _fields(d)
+            dims.append(d[1][0] if 1 in d else d[2][0].decode())
+        return vi[1][0].decode(), tensor[1][0], dims
+
+    return opset, [info(v) for v in graph.get(11, [])], [info(v) for v in graph.get(12, [])]
 
 
 def load_trainer():
@@ -116,6 +172,35 @@ class TrainTest(unittest.TestCase):
         self.assertEqual(a.keys(), b.keys())
         for k in a:
             self.assertTrue(torch.equal(a[k], b[k]), f"{k} differs after an interruption and resume")
+
+    def test_checkpoint_holds_onnx_model(self):
+        t = self.trial(self.dir)
+        model, _ = self.m.train(self.config(2), t, self.data, out=io.StringIO())
+        model_dir = os.path.join(self.dir, "model")
+        with open(os.path.join(model_dir, "virga-model.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual((manifest["format"], manifest["file"]), ("onnx", "model.onnx"))
+        self.assertEqual([(s["name"], s["datatype"], s["shape"]) for s in manifest["signature"]["inputs"]],
+                         [("pixels", "FP32", [-1, 64])])
+        self.assertEqual([(s["name"], s["datatype"], s["shape"]) for s in manifest["signature"]["outputs"]],
+                         [("probabilities", "FP32", [-1, 10]), ("label", "INT64", [-1])])
+
+        # The ONNX graph has the manifest's signature, with a dynamic batch
+        # (ONNX element types: 1 is FLOAT, 7 is INT64).
+        opset, inputs, outputs = onnx_signature(os.path.join(model_dir, "model.onnx"))
+        self.assertEqual(opset, self.m.ONNX_OPSET)
+        self.assertEqual(inputs, [("pixels", 1, ["batch", 64])])
+        self.assertEqual(outputs, [("probabilities", 1, ["batch", 10]), ("label", 7, ["batch"])])
+
+        # What is exported takes raw pixel counts: on the validation rows
+        # unscaled (x 16), it scores what the trainer reported.
+        raw = self.data[2] * 16
+        with torch.no_grad():
+            probabilities, label = self.m.Exported(model)(raw)
+        self.assertTrue(torch.allclose(probabilities.sum(dim=1), torch.ones(len(raw))))
+        self.assertEqual(label.dtype, torch.int64)
+        accuracy = (label == self.data[3]).float().mean().item()
+        self.assertAlmostEqual(accuracy, t.reports[-1][1]["val_accuracy"], places=6)
 
     def test_stop_decision(self):
         t = self.trial(self.dir, stop_at=1)

@@ -4,8 +4,10 @@
 The same model and protocol as examples/digits-go, through sdk/python/virga_trial.py:
 hyperparameters from VIRGA_HPARAMS (flags given on the command line override
 them), a checkpoint in VIRGA_CHECKPOINT_DIR after every epoch (written
-atomically, before the report), resume from it on start, and a prompt exit on
-SIGTERM. Run by hand from the repository root:
+atomically, before the report) holding the network exported to ONNX in model/
+(model.onnx and virga-model.json: a model directory Virga's registry takes,
+docs/models.md), resume from it on start, and a prompt exit on SIGTERM. Run by
+hand from the repository root:
 
     /usr/bin/python3 examples/digits-torch/train.py --lr 0.1 --hidden 64 --epochs 20
 
@@ -21,6 +23,7 @@ import argparse
 import csv
 import gzip
 import io
+import json
 import math
 import os
 import sys
@@ -39,6 +42,9 @@ import virga_trial  # noqa: E402
 
 DEFAULT_DATA = os.path.join(REPO, "examples", "data", "digits.csv.gz")
 CHECKPOINT_FILE = "model.pt"
+MODEL_DIR = "model"  # the model directory inside the checkpoint directory
+ONNX_FILE = "model.onnx"
+ONNX_OPSET = 13  # torch 1.13 exports opsets 7 to 17; ONNX Runtime reads them all
 NUM_INPUTS, NUM_CLASSES, MAX_PIXEL = 64, 10, 16
 SPLIT_SEED = 42
 
@@ -148,6 +154,65 @@ def load_checkpoint(directory: str) -> Optional[dict]:
         return torch.load(f, map_location="cpu")
 
 
+class Exported(nn.Module):
+    """The served form of the network: raw pixel rows (counts 0..16, as in the
+    data file) in, class probabilities and the most probable label out. The
+    loader's scaling (1/16) is folded in, so clients send rows as they are."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixels: torch.Tensor):
+        probabilities = torch.softmax(self.model(pixels * (1.0 / MAX_PIXEL)), dim=1)
+        return probabilities, torch.argmax(probabilities, dim=1)
+
+
+MANIFEST = {
+    "format": "onnx",
+    "file": ONNX_FILE,
+    "signature": {
+        "inputs": [{"name": "pixels", "datatype": "FP32", "shape": [-1, NUM_INPUTS]}],
+        "outputs": [{"name": "probabilities", "datatype": "FP32", "shape": [-1, NUM_CLASSES]},
+                    {"name": "label", "datatype": "INT64", "shape": [-1]}],
+    },
+    "max_batch": 1024,
+}
+
+
+def _replace(path: str, write) -> None:
+    """Call write(file) on a temporary file next to path, fsync, rename over path."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_model(directory: str, model: nn.Module) -> None:
+    """Export model to directory/model/: model.onnx (input pixels [-1, 64] with a
+    dynamic batch; outputs probabilities [-1, 10] and label [-1], int64) and
+    virga-model.json, each written atomically, the manifest last."""
+    out = os.path.join(directory, MODEL_DIR)
+    os.makedirs(out, exist_ok=True)
+    was_training = model.training
+    model.eval()
+    try:
+        _replace(os.path.join(out, ONNX_FILE), lambda f: torch.onnx.export(
+            Exported(model), torch.zeros(1, NUM_INPUTS), f, opset_version=ONNX_OPSET,
+            input_names=["pixels"], output_names=["probabilities", "label"],
+            dynamic_axes={"pixels": {0: "batch"}, "probabilities": {0: "batch"}, "label": {0: "batch"}}))
+    finally:
+        model.train(was_training)
+    _replace(os.path.join(out, "virga-model.json"),
+             lambda f: f.write((json.dumps(MANIFEST, indent=2) + "\n").encode()))
+
+
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Tuple[float, float]:
     """Mean cross-entropy and accuracy on (x, y)."""
     model.eval()
@@ -166,8 +231,8 @@ def train(cfg: argparse.Namespace, trial, data, out=sys.stdout) -> Tuple[nn.Modu
     2. For each remaining epoch: shuffle with the epoch's own generator (seed
        derived from cfg.seed and the epoch, so resume needs no RNG state) and
        make one pass of mini-batch SGD, abandoning the epoch when trial.stopping.
-    3. Evaluate, write the checkpoint, then report (the server saves the
-       directory on the report).
+    3. Evaluate, write the model (model/, exported to ONNX) and the
+       checkpoint, then report (the server saves the directory on the report).
     4. Return when the epochs are done or the decision is stop.
 
     Returns the model and FINISHED, STOPPED or INTERRUPTED."""
@@ -217,11 +282,12 @@ def train(cfg: argparse.Namespace, trial, data, out=sys.stdout) -> Tuple[nn.Modu
             total += loss.item() * len(idx)
         train_loss = total / n
 
-        # 3. Evaluate, checkpoint, report.
+        # 3. Evaluate, checkpoint (the model for serving too), report.
         val_loss, val_acc = evaluate(model, val_x, val_y)
         if not (math.isfinite(train_loss) and math.isfinite(val_loss)):
             raise FloatingPointError(f"epoch {epoch}: train loss {train_loss}, validation loss {val_loss}: "
                                      "training diverged (try a lower --lr)")
+        save_model(ckpt_dir, model)
         save_checkpoint(ckpt_dir, {
             "epoch": epoch,
             "model": model.state_dict(),

@@ -1,7 +1,8 @@
 // Package api serves Virga's HTTP API: REST/JSON for everything the CLI does,
 // server-sent events for live progress and log following, and the OpenAPI
-// document at /api/openapi.json. Reads go to the store; every change goes
-// through the control loop. It never mutates state itself.
+// document at /api/openapi.json. Reads go to the store; every change to
+// experiments, trials and attempts goes through the control loop, and the
+// model registry's through internal/registry. It never mutates state itself.
 package api
 
 import (
@@ -25,6 +26,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/registry"
 	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/spec"
 	"github.com/virga-ml/virga/internal/store"
@@ -47,6 +49,9 @@ type Config struct {
 	Pricer control.Pricer
 	// Now is the clock running attempts are priced up to; nil means time.Now.
 	Now func() time.Time
+	// Models is the model registry; nil serves the registry of Store
+	// without model files (listing and showing work, files are refused).
+	Models *registry.Registry
 }
 
 // Server is the HTTP API.
@@ -55,6 +60,7 @@ type Server struct {
 	ctl    *control.Controller
 	st     store.Store
 	mux    *http.ServeMux
+	models *registry.Registry
 	tokens sync.Map // SHA-256 (raw) -> true, for admin tokens already checked
 }
 
@@ -66,7 +72,10 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, ctl: cfg.Control, st: cfg.Store, mux: http.NewServeMux()}
+	if cfg.Models == nil {
+		cfg.Models = registry.New(cfg.Store, nil, cfg.Now)
+	}
+	s := &Server{cfg: cfg, ctl: cfg.Control, st: cfg.Store, mux: http.NewServeMux(), models: cfg.Models}
 	s.routes()
 	return s
 }
@@ -93,6 +102,14 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/v1/attempts/{id}/complete", s.complete)
 	m.HandleFunc("POST /api/v1/attempts/{id}/checkpoints", s.uploadCheckpoint)
 	m.HandleFunc("GET /api/v1/attempts/{id}/checkpoints/{checkpoint}", s.downloadCheckpoint)
+	m.HandleFunc("GET /api/v1/models", s.listModels)
+	m.HandleFunc("GET /api/v1/models/{name}", s.getModel)
+	m.HandleFunc("POST /api/v1/models/{name}/versions", s.registerModel)
+	m.HandleFunc("GET /api/v1/models/{name}/versions/{version}", s.getModelVersion)
+	m.HandleFunc("DELETE /api/v1/models/{name}/versions/{version}", s.deleteModelVersion)
+	m.HandleFunc("GET /api/v1/models/{name}/versions/{version}/files", s.downloadModel)
+	m.HandleFunc("PUT /api/v1/models/{name}/aliases/{alias}", s.setModelAlias)
+	m.HandleFunc("DELETE /api/v1/models/{name}/aliases/{alias}", s.deleteModelAlias)
 }
 
 // ServeHTTP authenticates the request, refuses what a web page could send
@@ -144,8 +161,10 @@ func crossSite(r *http.Request) error {
 		return fmt.Errorf("refusing a request for host %q without a token: only localhost, 127.0.0.1 and [::1] are served without one%s", r.Host, what)
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// Both types need a CORS preflight, which this server never grants:
+		// a page cannot send them cross-site.
 		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if err != nil || mt != "application/json" {
+		if err != nil || mt != "application/json" && mt != "application/x-tar" {
 			return fmt.Errorf("refusing %s without 'Content-Type: application/json' (got %q) and without a token: a web page could send it cross-site%s", r.Method, r.Header.Get("Content-Type"), what)
 		}
 	}
@@ -170,7 +189,7 @@ func loopbackHost(host string) bool {
 // is served for other methods, else 404, with a JSON body like every error.
 func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, p := s.mux.Handler(probe); p != "" {
@@ -271,6 +290,11 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, control.ErrCheckpointNotUploaded), errors.Is(err, control.ErrNotRemote), errors.Is(err, control.ErrTooManyUploads):
 		return http.StatusUnprocessableEntity
+	case errors.As(err, new(*registry.ManifestError)):
+		// The model directory's manifest is missing or wrong.
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, registry.ErrNoFiles):
+		return http.StatusServiceUnavailable
 	case errors.Is(err, checkpoint.ErrUnsupported), errors.Is(err, checkpoint.ErrBadArchive):
 		// The trial put something in its checkpoint directory that a
 		// checkpoint cannot hold: its doing, so not a 5xx to retry.

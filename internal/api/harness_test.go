@@ -17,6 +17,7 @@ import (
 	"github.com/virga-ml/virga/internal/backend/local"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/registry"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/sqlite"
 )
@@ -50,6 +51,7 @@ type env struct {
 	ctl   *control.Controller
 	api   *Server
 	srv   *httptest.Server
+	ck    *checkpoint.Store
 	admin string // admin token (stored hashed)
 }
 
@@ -88,7 +90,9 @@ func newEnv(t testing.TB, requireAuth bool) *env {
 	if err := st.PutToken(context.Background(), &store.Token{Name: "admin", Hash: sum[:], CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	e.api = New(Config{Control: ctl, Store: st, RequireAuth: requireAuth, PollInterval: 20 * time.Millisecond})
+	e.ck = ck
+	e.api = New(Config{Control: ctl, Store: st, RequireAuth: requireAuth, PollInterval: 20 * time.Millisecond,
+		Models: registry.New(st, ck, nil)})
 	srv.Config.Handler = e.api
 	srv.Start()
 	e.srv = srv

@@ -35,6 +35,14 @@ var apiRoutes = []route{
 	{"post", "/api/v1/attempts/{id}/checkpoints", "Upload a remote attempt's checkpoint directory (body: application/x-tar); a later report names it by the returned id", "tar", "CheckpointInfo", ""},
 	{"get", "/api/v1/attempts/{id}/checkpoints/{checkpoint}", "Download the checkpoint a remote attempt resumes from, as application/x-tar", "", "", "application/x-tar"},
 	{"post", "/api/v1/attempts/{id}/complete", "Tell: end an API-driven attempt (ok: completed, else failed)", "CompleteRequest", "Trial", ""},
+	{"get", "/api/v1/models", "List the registered models, by name, with their aliases", "", "ModelSummaryList", ""},
+	{"get", "/api/v1/models/{name}", "One model: every version, oldest first, and every alias", "", "ModelView", ""},
+	{"post", "/api/v1/models/{name}/versions", "Register the next version of a model: the model/ folder of an experiment's best trial's or a trial's latest checkpoint that has one (JSON body), or a model directory uploaded as application/x-tar (query: description=); 409 if no checkpoint holds a model; 422 if its virga-model.json is missing or wrong", "RegisterModelRequest", "ModelVersion", ""},
+	{"get", "/api/v1/models/{name}/versions/{version}", "One version (version: a number, latest, or an alias) with the aliases that point at it", "", "ModelVersionView", ""},
+	{"delete", "/api/v1/models/{name}/versions/{version}", "Delete a version and its files (unless another version has the same); 409 while an alias points at it", "", "ModelVersion", ""},
+	{"get", "/api/v1/models/{name}/versions/{version}/files", "Download a version's model directory as application/x-tar (version: a number, latest, or an alias)", "", "", "application/x-tar"},
+	{"put", "/api/v1/models/{name}/aliases/{alias}", "Point an alias at a version, creating or moving it", "AliasRequest", "ModelAlias", ""},
+	{"delete", "/api/v1/models/{name}/aliases/{alias}", "Delete an alias", "", "ModelAlias", ""},
 }
 
 func obj(props map[string]any, required ...string) map[string]any {
@@ -112,6 +120,22 @@ func schemas() map[string]any {
 		"CheckpointInfo":  obj(map[string]any{"id": tStr, "size": tInt, "files": tInt}),
 		"ReportReply":     obj(map[string]any{"decision": map[string]any{"type": "string", "enum": []string{"continue", "stop"}}}),
 		"CompleteRequest": obj(map[string]any{"ok": tBool}),
+		"ModelTensor":     obj(map[string]any{"name": tStr, "datatype": tStr, "shape": map[string]any{"type": "array", "items": tInt, "description": "-1 is a variable dimension"}}),
+		"ModelSignature":  obj(map[string]any{"inputs": list("ModelTensor"), "outputs": list("ModelTensor")}),
+		"ModelVersion": obj(map[string]any{"name": tStr, "version": tInt,
+			"files_id": map[string]any{"type": "string", "description": "content ID of the model directory in the checkpoint storage"},
+			"size":     tInt, "files": tInt, "format": tStr, "signature": ref("ModelSignature"),
+			"experiment_id": tInt, "trial_id": tInt, "step": tInt, "checkpoint_id": tStr, "hparams": tObject,
+			"metrics":     map[string]any{"type": "object", "additionalProperties": tNum, "description": "the trial's report at step"},
+			"description": tStr, "created_at": tTime}),
+		"ModelVersionView":     map[string]any{"allOf": []any{ref("ModelVersion"), obj(map[string]any{"aliases": map[string]any{"type": "array", "items": tStr}})}},
+		"ModelAlias":           obj(map[string]any{"name": tStr, "alias": tStr, "version": tInt, "updated_at": tTime}),
+		"Model":                obj(map[string]any{"name": tStr, "versions": tInt, "latest": tInt, "updated_at": tTime}),
+		"ModelSummary":         map[string]any{"allOf": []any{ref("Model"), obj(map[string]any{"aliases": map[string]any{"type": "object", "additionalProperties": tInt}})}},
+		"ModelSummaryList":     list("ModelSummary"),
+		"ModelView":            obj(map[string]any{"name": tStr, "versions": list("ModelVersion"), "aliases": list("ModelAlias")}),
+		"RegisterModelRequest": obj(map[string]any{"experiment_id": tInt, "best": tBool, "trial_id": tInt, "description": tStr}),
+		"AliasRequest":         obj(map[string]any{"version": tInt}, "version"),
 	}
 }
 
@@ -130,6 +154,16 @@ func errorStatuses(r route) map[string]string {
 	if strings.HasPrefix(r.path, "/api/v1/attempts/{id}/") {
 		out["404"] = "no attempt has this ID"
 		out["409"] = "the attempt is no longer running (it ended, or the trial runs as another attempt)"
+	}
+	if strings.HasPrefix(r.path, "/api/v1/models/") {
+		out["400"] = "a bad model name, version or alias, or body; the error names the field"
+		out["404"] = "no such model, version, alias, experiment or trial"
+		if r.method != "get" {
+			out["409"] = "the change contradicts the registry's state (the error says how)"
+		}
+	}
+	if r.path == "/api/v1/models/{name}/versions" && r.method == "post" {
+		out["422"] = "the model directory's virga-model.json is missing or wrong, or the archive is malformed"
 	}
 	if r.path == "/api/v1/attempts/{id}/report" {
 		out["422"] = "the checkpoint directory holds what a checkpoint cannot, or names a checkpoint not uploaded"
@@ -151,7 +185,7 @@ func OpenAPI(version string) map[string]any {
 			ok["content"] = map[string]any{"application/json": map[string]any{"schema": ref(r.reply)}}
 		}
 		code := "200"
-		if r.method == "post" && (r.path == "/api/v1/experiments" || strings.HasSuffix(r.path, "/trials")) {
+		if r.method == "post" && (r.path == "/api/v1/experiments" || strings.HasSuffix(r.path, "/trials") || strings.HasSuffix(r.path, "/versions")) {
 			code = "201"
 		}
 		resp[code] = ok
@@ -162,13 +196,17 @@ func OpenAPI(version string) map[string]any {
 		if r.body == "tar" {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/x-tar": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}}
 		} else if r.body != "" {
-			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": ref(r.body)}}}
+			content := map[string]any{"application/json": map[string]any{"schema": ref(r.body)}}
+			if r.body == "RegisterModelRequest" {
+				content["application/x-tar"] = map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}
+			}
+			op["requestBody"] = map[string]any{"required": true, "content": content}
 		}
 		var params []any
-		for _, name := range []string{"id", "op", "checkpoint"} {
+		for _, name := range []string{"id", "op", "checkpoint", "name", "version", "alias"} {
 			if strings.Contains(r.path, "{"+name+"}") {
 				sch := tInt
-				if name == "checkpoint" {
+				if name != "id" && name != "op" {
 					sch = tStr
 				}
 				if name == "op" {
@@ -190,7 +228,7 @@ func OpenAPI(version string) map[string]any {
 	return map[string]any{
 		"openapi": "3.0.3",
 		"info": map[string]any{"title": "Virga API", "version": version,
-			"description": "Experiments, trials, metrics and checkpoints. Send 'Authorization: Bearer <token>' when the server requires it. Without a token (a server on loopback), a request with an Origin header, for a non-loopback Host, or a POST without 'Content-Type: application/json' is refused (403): a web page could send it."},
+			"description": "Experiments, trials, metrics, checkpoints and the model registry. Send 'Authorization: Bearer <token>' when the server requires it. Without a token (a server on loopback), a request with an Origin header, for a non-loopback Host, or a POST, PUT or DELETE without 'Content-Type: application/json' (or application/x-tar for an upload) is refused (403): a web page could send it."},
 		"paths":      paths,
 		"components": map[string]any{"schemas": schemas(), "securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}}},
 		"security":   []any{map[string]any{"bearer": []any{}}},

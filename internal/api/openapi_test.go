@@ -15,7 +15,9 @@ import (
 // field added to one of them is documented.
 func TestOpenAPISchemasMatchJSON(t *testing.T) {
 	for name, v := range map[string]any{"Experiment": virga.Experiment{}, "Trial": virga.Trial{}, "Prediction": virga.Prediction{}, "Attempt": virga.Attempt{},
-		"PoolSpend": PoolSpend{}} {
+		"PoolSpend": PoolSpend{}, "ModelVersion": virga.ModelVersion{}, "ModelAlias": virga.ModelAlias{}, "Model": virga.Model{},
+		"ModelTensor": virga.ModelTensor{}, "ModelSignature": virga.ModelSignature{}, "ModelView": ModelView{},
+		"RegisterModelRequest": RegisterModelRequest{}, "AliasRequest": AliasRequest{}} {
 		schema, ok := schemas()[name].(map[string]any)
 		if !ok {
 			t.Errorf("no schema %s", name)

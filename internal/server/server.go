@@ -29,6 +29,7 @@ import (
 	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/registry"
 	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/spec"
 	"github.com/virga-ml/virga/internal/store"
@@ -322,7 +323,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	apiSrv := api.New(api.Config{Control: s.ctl, Store: s.st, RequireAuth: !addr.IP.IsLoopback(), Version: cfg.Version,
-		Pricer: cfg.Pricer})
+		Pricer: cfg.Pricer, Models: registry.New(s.st, cks, nil)})
 	s.httpSrv = &http.Server{Handler: apiSrv, ReadHeaderTimeout: 10 * time.Second}
 	// 4. Recover and run the control loop, then serve.
 	runCtx, cancel := context.WithCancel(context.Background())

@@ -109,6 +109,8 @@ type Token struct {
 // use; every method that returns successfully has made its change durable.
 // Lookups of a missing object return an error wrapping virga.ErrNotFound.
 type Store interface {
+	Models
+
 	// Apply commits b in one transaction (see Batch).
 	Apply(ctx context.Context, b *Batch) error
 
@@ -145,4 +147,42 @@ type Store interface {
 	SchemaVersion(ctx context.Context) (int, error)
 	// Close releases the store's resources.
 	Close() error
+}
+
+// Models is the model registry's part of a Store: named models, their
+// immutable versions and their aliases. Unlike experiments, they are not
+// written through Apply: each method is a transaction of its own, because
+// the registry's writes touch no experiment, trial or attempt and so need no
+// ordering with the control loop's batches (see docs/architecture.md).
+// Files are the caller's: the store keeps only their ID (FilesID).
+type Models interface {
+	// RegisterModelVersion stores v as the next version of v.Name (1 for a
+	// name never registered) and sets v.Version; the number is taken in the
+	// same transaction as the insert, so concurrent registrations get
+	// distinct numbers, and numbers are never reused after a delete. The
+	// Version given is ignored.
+	RegisterModelVersion(ctx context.Context, v *virga.ModelVersion) error
+	// Models lists the models that have at least one version, by name.
+	Models(ctx context.Context) ([]virga.Model, error)
+	// ModelVersions lists a model's versions, oldest first (none: an empty
+	// list, not an error).
+	ModelVersions(ctx context.Context, name string) ([]*virga.ModelVersion, error)
+	// ModelVersion returns one version of a model; version 0 means its newest.
+	// virga.ErrNotFound if there is none.
+	ModelVersion(ctx context.Context, name string, version int64) (*virga.ModelVersion, error)
+	// ModelAliases lists a model's aliases by alias, or with name "" every
+	// model's, by name then alias.
+	ModelAliases(ctx context.Context, name string) ([]virga.ModelAlias, error)
+	// SetModelAlias points a.Alias of model a.Name at a.Version, creating the
+	// alias or moving it in one statement. virga.ErrNotFound if that version
+	// does not exist.
+	SetModelAlias(ctx context.Context, a virga.ModelAlias) error
+	// DeleteModelAlias removes an alias; virga.ErrNotFound if there is none.
+	DeleteModelAlias(ctx context.Context, name, alias string) error
+	// DeleteModelVersion removes a version and returns its FilesID and whether
+	// another version still has the same FilesID (then the files must stay).
+	// It fails with virga.ErrConflict, naming the aliases, while an alias
+	// points at the version, and with virga.ErrNotFound if there is no such
+	// version.
+	DeleteModelVersion(ctx context.Context, name string, version int64) (filesID string, shared bool, err error)
 }

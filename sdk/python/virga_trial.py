@@ -26,6 +26,12 @@ temporary directory.
 
 The module never exits the process, writes checkpoints or reads other files:
 those are the trainer's decisions.
+
+A trainer whose model should go to Virga's model registry (``virga models
+register``) also writes it, with each checkpoint and before the report, as a
+model directory in ``model/`` of the checkpoint directory: the model file and
+a ``virga-model.json`` naming its format, file and signature (docs/models.md;
+examples/digits-torch exports ONNX this way).
 """
 
 from __future__ import annotations

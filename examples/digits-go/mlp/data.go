@@ -24,6 +24,9 @@ const (
 	NumInputs  = 64 // 8x8 pixels
 	NumClasses = 10 // digits 0..9
 	maxPixel   = 16 // pixel counts are 0..16
+	// InputScale is what the loader multiplies each raw pixel count by:
+	// the network sees pixels in 0..1.
+	InputScale = 1.0 / maxPixel
 	SplitSeed  = 42 // the SplitMix64 seed of the fixed train/validation split
 )
 

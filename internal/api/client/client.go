@@ -392,3 +392,121 @@ func (c *Client) watchOnce(ctx context.Context, id int64, fn func(WatchEvent) er
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Models lists the registered models.
+func (c *Client) Models(ctx context.Context) ([]api.ModelSummary, error) {
+	var out []api.ModelSummary
+	err := c.do(ctx, http.MethodGet, "/api/v1/models", nil, &out)
+	return out, err
+}
+
+// Model returns a model's versions and aliases.
+func (c *Client) Model(ctx context.Context, name string) (*api.ModelView, error) {
+	var out api.ModelView
+	err := c.do(ctx, http.MethodGet, "/api/v1/models/"+url.PathEscape(name), nil, &out)
+	return &out, err
+}
+
+// versionPath is the path of the version ref names.
+func versionPath(ref virga.ModelRef) string {
+	v := "latest"
+	switch {
+	case ref.Version > 0:
+		v = itoa(ref.Version)
+	case ref.Alias != "":
+		v = url.PathEscape(ref.Alias)
+	}
+	return "/api/v1/models/" + url.PathEscape(ref.Name) + "/versions/" + v
+}
+
+// ModelVersion returns the version ref names.
+func (c *Client) ModelVersion(ctx context.Context, ref virga.ModelRef) (*api.ModelVersionView, error) {
+	var out api.ModelVersionView
+	err := c.do(ctx, http.MethodGet, versionPath(ref), nil, &out)
+	return &out, err
+}
+
+// RegisterModel registers the next version of name from a trial or an
+// experiment's best trial.
+func (c *Client) RegisterModel(ctx context.Context, name string, req api.RegisterModelRequest) (*virga.ModelVersion, error) {
+	var out virga.ModelVersion
+	err := c.do(ctx, http.MethodPost, "/api/v1/models/"+url.PathEscape(name)+"/versions", req, &out)
+	return &out, err
+}
+
+// RegisterModelArchive registers the next version of name from a tar
+// archive of a model directory.
+func (c *Client) RegisterModelArchive(ctx context.Context, name string, archive io.Reader, description string) (*virga.ModelVersion, error) {
+	path := "/api/v1/models/" + url.PathEscape(name) + "/versions"
+	if description != "" {
+		path += "?" + url.Values{"description": {description}}.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, archive)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out virga.ModelVersion
+	return &out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// SetModelAlias points alias of name at version.
+func (c *Client) SetModelAlias(ctx context.Context, name, alias string, version int64) (*virga.ModelAlias, error) {
+	var out virga.ModelAlias
+	err := c.do(ctx, http.MethodPut, "/api/v1/models/"+url.PathEscape(name)+"/aliases/"+url.PathEscape(alias), api.AliasRequest{Version: version}, &out)
+	return &out, err
+}
+
+// DeleteModelAlias deletes an alias and returns what it pointed at.
+func (c *Client) DeleteModelAlias(ctx context.Context, name, alias string) (*virga.ModelAlias, error) {
+	var out virga.ModelAlias
+	err := c.do(ctx, http.MethodDelete, "/api/v1/models/"+url.PathEscape(name)+"/aliases/"+url.PathEscape(alias), nil, &out)
+	return &out, err
+}
+
+// DeleteModelVersion deletes a version (and its files, unless shared).
+func (c *Client) DeleteModelVersion(ctx context.Context, name string, version int64) (*virga.ModelVersion, error) {
+	var out virga.ModelVersion
+	err := c.do(ctx, http.MethodDelete, "/api/v1/models/"+url.PathEscape(name)+"/versions/"+itoa(version), nil, &out)
+	return &out, err
+}
+
+// DownloadModel writes the files of the version ref names to w as a tar
+// archive of its model directory.
+func (c *Client) DownloadModel(ctx context.Context, ref virga.ModelRef, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+versionPath(ref)+"/files", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.send(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("downloading %s: %w", ref, err)
+	}
+	return nil
+}
+
+// send sends req with the token and returns the response, or the server's
+// error for a status >= 300.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("calling the Virga server at %s: %w", c.base, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	return resp, nil
+}

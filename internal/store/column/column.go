@@ -242,3 +242,21 @@ func DecValues(s string) (map[string]float64, error) {
 	}
 	return out, nil
 }
+
+// Signature returns a model's signature as JSON text.
+func (e *Encoder) Signature(s virga.ModelSignature) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		e.fail(fmt.Errorf("encoding model signature: %w", err))
+	}
+	return string(b)
+}
+
+// DecSignature is the inverse of Encoder.Signature.
+func DecSignature(s string) (virga.ModelSignature, error) {
+	var sig virga.ModelSignature
+	if err := json.Unmarshal([]byte(s), &sig); err != nil {
+		return sig, fmt.Errorf("decoding model signature: %w", err)
+	}
+	return sig, nil
+}

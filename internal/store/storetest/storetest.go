@@ -68,6 +68,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"TrialAndAttemptLists", testTrialAndAttemptLists},
 		{"Events", testEvents},
 		{"Tokens", testTokens},
+		{"ModelVersions", testModelVersions},
+		{"ModelAliases", testModelAliases},
+		{"ModelFilesShared", testModelFilesShared},
+		{"ModelConcurrentRegister", testModelConcurrentRegister},
 		{"Concurrent", testConcurrent},
 		{"LargeBatch", testLargeBatch},
 	}

@@ -1,0 +1,224 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/store/column"
+)
+
+// modelVersionCols are the columns scanModelVersion reads, in its order.
+const modelVersionCols = `name, version, files_id, size, files, format, signature, experiment_id, trial_id, step,
+	checkpoint_id, hparams, metrics, description, created_at`
+
+func scanModelVersion(r scanner) (*virga.ModelVersion, error) {
+	var v virga.ModelVersion
+	var sig, hp, metrics string
+	var created *int64
+	if err := r.Scan(&v.Name, &v.Version, &v.FilesID, &v.Size, &v.Files, &v.Format, &sig, &v.ExperimentID,
+		&v.TrialID, &v.Step, &v.CheckpointID, &hp, &metrics, &v.Description, &created); err != nil {
+		return nil, err
+	}
+	v.CreatedAt = column.DecTime(created)
+	var err error
+	if v.Signature, err = column.DecSignature(sig); err != nil {
+		return nil, fmt.Errorf("model %s version %d: %w", v.Name, v.Version, err)
+	}
+	if v.HParams, err = column.DecHParams(hp); err != nil {
+		return nil, fmt.Errorf("model %s version %d: %w", v.Name, v.Version, err)
+	}
+	if v.Metrics, err = column.DecValues(metrics); err != nil {
+		return nil, fmt.Errorf("model %s version %d: %w", v.Name, v.Version, err)
+	}
+	return &v, nil
+}
+
+// modelTx runs fn in a write transaction and commits if it succeeds.
+func (s *Store) modelTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
+// RegisterModelVersion stores v as the next version of its model and sets v.Version.
+func (s *Store) RegisterModelVersion(ctx context.Context, v *virga.ModelVersion) error {
+	var enc column.Encoder
+	created := enc.Time("created_at", v.CreatedAt)
+	sig, hp, metrics := enc.Signature(v.Signature), enc.HParams(v.HParams), enc.Values(v.Metrics)
+	if enc.Err != nil {
+		return fmt.Errorf("registering model %s: %w", v.Name, enc.Err)
+	}
+	var version int64
+	err := s.modelTx(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `INSERT INTO models (name, last_version, created_at) VALUES (?, 1, ?)
+			ON CONFLICT (name) DO UPDATE SET last_version = models.last_version + 1 RETURNING last_version`,
+			v.Name, created).Scan(&version); err != nil {
+			return wrap(err, "numbering the version")
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO model_versions (`+modelVersionCols+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			v.Name, version, v.FilesID, v.Size, v.Files, v.Format, sig, v.ExperimentID, v.TrialID, v.Step,
+			v.CheckpointID, hp, metrics, v.Description, created); err != nil {
+			return wrap(err, "inserting version %d", version)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("registering model %s: %w", v.Name, err)
+	}
+	v.Version = version
+	return nil
+}
+
+// Models lists the models that have at least one version, by name.
+func (s *Store) Models(ctx context.Context) ([]virga.Model, error) {
+	return list(ctx, s, "models", func(r scanner) (virga.Model, error) {
+		var m virga.Model
+		var updated *int64
+		err := r.Scan(&m.Name, &m.Versions, &m.Latest, &updated)
+		m.UpdatedAt = column.DecTime(updated)
+		return m, err
+	}, `SELECT name, COUNT(*), MAX(version), MAX(created_at) FROM model_versions GROUP BY name ORDER BY name`)
+}
+
+// ModelVersions lists a model's versions, oldest first.
+func (s *Store) ModelVersions(ctx context.Context, name string) ([]*virga.ModelVersion, error) {
+	return list(ctx, s, "model versions", scanModelVersion,
+		`SELECT `+modelVersionCols+` FROM model_versions WHERE name = ? ORDER BY version`, name)
+}
+
+// ModelVersion returns one version of a model; 0 means its newest.
+func (s *Store) ModelVersion(ctx context.Context, name string, version int64) (*virga.ModelVersion, error) {
+	if version == 0 {
+		return one(ctx, s, fmt.Sprintf("model %s: no version", name), scanModelVersion,
+			`SELECT `+modelVersionCols+` FROM model_versions WHERE name = ? ORDER BY version DESC LIMIT 1`, name)
+	}
+	return one(ctx, s, fmt.Sprintf("model %s version %d", name, version), scanModelVersion,
+		`SELECT `+modelVersionCols+` FROM model_versions WHERE name = ? AND version = ?`, name, version)
+}
+
+// ModelAliases lists a model's aliases, or every model's for name "".
+func (s *Store) ModelAliases(ctx context.Context, name string) ([]virga.ModelAlias, error) {
+	q, args := `SELECT name, alias, version, updated_at FROM model_aliases`, []any{}
+	if name != "" {
+		q, args = q+` WHERE name = ?`, append(args, name)
+	}
+	return list(ctx, s, "model aliases", func(r scanner) (virga.ModelAlias, error) {
+		var a virga.ModelAlias
+		var updated *int64
+		err := r.Scan(&a.Name, &a.Alias, &a.Version, &updated)
+		a.UpdatedAt = column.DecTime(updated)
+		return a, err
+	}, q+` ORDER BY name, alias`, args...)
+}
+
+// SetModelAlias creates or moves an alias.
+func (s *Store) SetModelAlias(ctx context.Context, a virga.ModelAlias) error {
+	var enc column.Encoder
+	updated := enc.Time("updated_at", a.UpdatedAt)
+	if enc.Err != nil {
+		return fmt.Errorf("setting alias %s@%s: %w", a.Name, a.Alias, enc.Err)
+	}
+	err := s.modelTx(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM model_versions WHERE name = ? AND version = ?`, a.Name, a.Version).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("model %s has no version %d: %w", a.Name, a.Version, virga.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO model_aliases (name, alias, version, updated_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (name, alias) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at`,
+			a.Name, a.Alias, a.Version, updated)
+		if err != nil {
+			return wrap(err, "writing the alias")
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("setting alias %s@%s: %w", a.Name, a.Alias, err)
+	}
+	return nil
+}
+
+// DeleteModelAlias removes an alias.
+func (s *Store) DeleteModelAlias(ctx context.Context, name, alias string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM model_aliases WHERE name = ? AND alias = ?`, name, alias)
+	if err != nil {
+		return wrap(err, "deleting alias %s@%s", name, alias)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return wrap(err, "deleting alias %s@%s", name, alias)
+	} else if n == 0 {
+		return fmt.Errorf("deleting alias %s@%s: no such alias: %w", name, alias, virga.ErrNotFound)
+	}
+	return nil
+}
+
+// DeleteModelVersion removes a version that no alias points at.
+func (s *Store) DeleteModelVersion(ctx context.Context, name string, version int64) (filesID string, shared bool, err error) {
+	err = s.modelTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT files_id FROM model_versions WHERE name = ? AND version = ?`, name, version).Scan(&filesID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("no such version: %w", virga.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT alias FROM model_aliases WHERE name = ? AND version = ? ORDER BY alias`, name, version)
+		if err != nil {
+			return err
+		}
+		var aliases []string
+		for rows.Next() {
+			var a string
+			if err := rows.Scan(&a); err != nil {
+				rows.Close()
+				return err
+			}
+			aliases = append(aliases, name+"@"+a)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(aliases) > 0 {
+			return aliasesConflict(aliases)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM model_versions WHERE name = ? AND version = ?`, name, version); err != nil {
+			return wrap(err, "deleting")
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM model_versions WHERE files_id = ?`, filesID).Scan(&n); err != nil {
+			return err
+		}
+		shared = n > 0
+		return nil
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("deleting model %s version %d: %w", name, version, err)
+	}
+	return filesID, shared, nil
+}
+
+// aliasesConflict is the error of deleting a version that aliases point at.
+func aliasesConflict(aliases []string) error {
+	return fmt.Errorf("%s still point%s at it (move or delete %s first): %w", strings.Join(aliases, ", "),
+		map[bool]string{true: "s", false: ""}[len(aliases) == 1], map[bool]string{true: "it", false: "them"}[len(aliases) == 1], virga.ErrConflict)
+}
