@@ -138,7 +138,7 @@ func fromTimes(times []time.Time) Arrivals {
 // LoRARequest is one request of Alibaba's GenAI serving trace
 // (cluster-trace-v2026-GenAI/lora_request_trace.csv).
 type LoRARequest struct {
-	At    time.Time
+	At time.Time
 	// Model is checkpoint_model_version_id, e.g. "M0002"; empty for the
 	// few requests recorded while still pending.
 	Model string
