@@ -258,6 +258,8 @@ type AIMD struct {
 	Step float64
 	// Backoff is the multiplicative decrease (default 0.9).
 	Backoff float64
+	// Initial is the cap to start from (default 1, as Clipper starts).
+	Initial int
 
 	limit   float64 // the current cap, at least 1
 	maxRows int     // the profile's MaxRows as last seen
@@ -266,7 +268,12 @@ type AIMD struct {
 var _ Policy = (*AIMD)(nil)
 
 // Cap returns the largest batch AIMD runs now.
-func (a *AIMD) Cap() int { return max(1, int(math.Floor(a.limit))) }
+func (a *AIMD) Cap() int {
+	if a.limit < 1 {
+		a.limit = float64(max(1, a.Initial))
+	}
+	return int(math.Floor(a.limit))
+}
 
 // Decide runs the first requests in priority-then-arrival order, up to the cap.
 func (a *AIMD) Decide(now time.Time, queue []Item, idle int, p Profile) Decision {
@@ -300,9 +307,7 @@ func (a *AIMD) Observe(rows int, took time.Duration, late int) {
 	if backoff <= 0 || backoff >= 1 {
 		backoff = 0.9
 	}
-	if a.limit < 1 {
-		a.limit = 1
-	}
+	a.Cap()
 	if a.Objective > 0 && took > a.Objective {
 		a.limit = max(1, a.limit*backoff)
 		return

@@ -140,6 +140,9 @@ func TestFixedPriorityLevelsAndQueuePolicy(t *testing.T) {
 
 func TestAIMDGrowsAdditivelyAndBacksOffTenPercent(t *testing.T) {
 	p := Linear{Base: ms(1), Max: 64}
+	if c := (&AIMD{Initial: 16}).Cap(); c != 16 {
+		t.Errorf("Initial 16: cap %d", c)
+	}
 	a := &AIMD{Objective: ms(10)}
 	q := items(40, 0, 100)
 	if d := a.Decide(at(0), q, 1, p); len(d.Run) != 1 {
@@ -184,7 +187,7 @@ func TestDeadlineRefusesWhatCannotMeetItsDeadline(t *testing.T) {
 }
 
 func TestDeadlineRunsTheLargestBatchMeetingTheEarliestDeadline(t *testing.T) {
-	p := Linear{Base: ms(2), PerRow: ms(0.5), Max: 8}
+	p := Linear{Base: ms(2), PerRow: ms(0.5), Max: 64}
 	q := []Item{
 		{Arrived: at(0), Deadline: at(20), Rows: 1},
 		{Arrived: at(0), Deadline: at(3), Rows: 1}, // L(2) = 3 ms
@@ -227,5 +230,36 @@ func TestDeadlinePriorityLevelsFirst(t *testing.T) {
 	// Level 0's request first; one level-1 request fits beside it (3 ms).
 	if !slices.Contains(d.Run, 1) || len(d.Run) != 2 || slices.Contains(d.Run, 2) {
 		t.Errorf("Run = %v, want [1 0]: level 0 first, and the level-1 request with a 3 ms deadline beside it", d.Run)
+	}
+}
+
+func TestDeadlineWithABacklogGivesUpARequestThatCostsTooMuchTime(t *testing.T) {
+	// Request 0 is due in 1.2 ms: serving it takes a batch of its own
+	// (1.1 ms) before the 40 others (5 ms) are due in 12 ms; dropping it
+	// saves 1 ms, in which a full batch serves 0.5 * 64/7.4 ms > 1 request.
+	p := Linear{Base: ms(1), PerRow: ms(0.1), Max: 64}
+	q := items(41, 0, 12)
+	q[0].Deadline = at(1.2)
+	d := (&Deadline{}).Decide(at(0), q, 1, p)
+	mustCheck(t, d, q, 1, p)
+	if len(d.Run) != 40 || slices.Contains(d.Run, 0) {
+		t.Errorf("Run %d requests (0 among them: %v), want the 40 others", len(d.Run), slices.Contains(d.Run, 0))
+	}
+	d = (&Deadline{Tradeoff: -1}).Decide(at(0), q, 1, p)
+	if len(d.Run) != 2 || !slices.Contains(d.Run, 0) {
+		t.Errorf("with no tradeoff Run = %v, want 0 and one other (1.2 ms), then the 39 others in time", d.Run)
+	}
+}
+
+func TestDeadlineWaitSlackWaitsForALoneBatch(t *testing.T) {
+	p := Linear{Base: ms(1), Max: 8}
+	q := items(2, 0, 3)
+	d := (&Deadline{WaitSlack: 0.5}).Decide(at(0), q, 1, p)
+	mustCheck(t, d, q, 1, p)
+	if len(d.Run) != 0 || !d.Wake.Equal(at(1)) {
+		t.Errorf("Run = %v Wake = %v, want nothing until %v (half of the 2 ms slack)", d.Run, d.Wake, at(1))
+	}
+	if d := (&Deadline{}).Decide(at(0), q, 1, p); len(d.Run) != 2 {
+		t.Errorf("by default Run = %v, want both at once", d.Run)
 	}
 }

@@ -35,8 +35,13 @@ func rowsOf(it Item) int { return max(1, it.Rows) }
 // policy serves them: lower priority level first, arrival order within one.
 func order(queue []Item) []int {
 	idx := make([]int, len(queue))
+	mixed := false
 	for i := range idx {
 		idx[i] = i
+		mixed = mixed || queue[i].Priority != queue[0].Priority
+	}
+	if !mixed {
+		return idx
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return queue[idx[a]].Priority < queue[idx[b]].Priority })
 	return idx
