@@ -8,9 +8,15 @@
 // latency profiles with and without batching gains.
 //
 //	go run ./bench/serve -data ../shared/data
+//
+// With "live" first it runs the open-loop load generator against a
+// server's Open Inference Protocol endpoint instead (loadgen.Command):
+//
+//	go run ./bench/serve live -url http://localhost:8080 -model digits -body req.json -rate 500 -objective 20ms
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -73,6 +79,12 @@ type result struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "live" {
+		if err := loadgen.Command(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	data := flag.String("data", "../shared/data", "the shared traces directory")
 	n := flag.Int("n", 20000, "requests per run")
 	loadsFlag := flag.String("loads", "0.5,0.6,0.7,0.8,0.9,0.95", "loads as fractions of capacity")
@@ -132,8 +144,12 @@ func main() {
 			continue
 		}
 		for _, tr := range traces {
+			count := *n
+			if tr == "azure" {
+				count = min(count, len(azure))
+			}
 			fmt.Printf("\n%s (%v, objective %v, capacity %.0f/s), %s arrivals, %d requests: %% answered within the objective\n",
-				m.name, m.profile, m.objective, m.capacity(), tr, *n)
+				m.name, m.profile, m.objective, m.capacity(), tr, count)
 			fmt.Printf("%5s", "load")
 			for _, p := range policies {
 				fmt.Printf(" %9s", p.name)
