@@ -29,6 +29,9 @@ import (
 //  3. When the plan is a single batch, lower priority levels' requests
 //     ride along if they fit without making it late.
 //
+// A request with no deadline (the zero time) is never refused and goes
+// after those that have one.
+//
 // By default it does not wait for a fuller batch: the plan keeps the
 // instance busy only as long as the known requests need, a request that
 // arrives while a batch runs joins the next (so batches grow with the load
@@ -63,6 +66,7 @@ var _ Policy = (*Deadline)(nil)
 // Decide refuses the requests that cannot meet their deadline and runs the
 // first batch of the best plan for the rest.
 func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Decision {
+	queue = withDeadlines(now, queue)
 	maxRows := p.MaxRows()
 	var d Decision
 	var cands []int
@@ -156,6 +160,27 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 
 // Observe does nothing: the profile is the model's measured latency.
 func (dl *Deadline) Observe(int, time.Duration, int) {}
+
+// noDeadline stands for the deadline of a request that has none.
+const noDeadline = 100 * 365 * 24 * time.Hour
+
+// withDeadlines returns queue, or a copy of it where a request with no
+// deadline (the zero time) has one far in the future: it is never refused
+// and goes after those that have one.
+func withDeadlines(now time.Time, queue []Item) []Item {
+	for i := range queue {
+		if queue[i].Deadline.IsZero() {
+			q := slices.Clone(queue)
+			for j := range q {
+				if q[j].Deadline.IsZero() {
+					q[j].Deadline = now.Add(noDeadline)
+				}
+			}
+			return q
+		}
+	}
+	return queue
+}
 
 // rowsIn returns the rows of the queue positions pos.
 func rowsIn(queue []Item, pos []int) int {

@@ -263,3 +263,13 @@ func TestDeadlineWaitSlackWaitsForALoneBatch(t *testing.T) {
 		t.Errorf("by default Run = %v, want both at once", d.Run)
 	}
 }
+
+func TestDeadlineServesARequestWithNoDeadlineLast(t *testing.T) {
+	p := Linear{Base: ms(1), PerRow: ms(1), Max: 1}
+	q := []Item{{Arrived: at(0), Rows: 1}, {Arrived: at(0), Deadline: at(5), Rows: 1}}
+	d := (&Deadline{}).Decide(at(0), q, 1, p)
+	mustCheck(t, d, q, 1, p)
+	if len(d.Refuse) != 0 || !slices.Equal(d.Run, []int{1}) {
+		t.Errorf("Refuse = %v Run = %v, want none refused and the request with a deadline first", d.Refuse, d.Run)
+	}
+}
