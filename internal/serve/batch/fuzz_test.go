@@ -17,12 +17,16 @@ func FuzzPoliciesDecideValidly(f *testing.F) {
 		var q []Item
 		for i := 0; i+4 <= len(data) && len(q) < 300; i += 4 {
 			arrived := t0.Add(time.Duration(data[i]) * 10 * time.Microsecond)
-			q = append(q, Item{
+			it := Item{
 				Arrived:  arrived,
 				Deadline: arrived.Add(time.Duration(data[i+1]) * 20 * time.Microsecond),
 				Priority: int(data[i+2] % 3),
 				Rows:     int(data[i+3]%9) - 1, // -1 and 0 mean one row
-			})
+			}
+			if data[i+1] == 255 {
+				it.Deadline = time.Time{} // none
+			}
+			q = append(q, it)
 		}
 		now := t0.Add(time.Duration(nowUs) * time.Microsecond)
 		policies := map[string]Policy{
