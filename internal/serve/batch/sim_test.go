@@ -93,3 +93,19 @@ func TestSimulatedGoodputNeverExceedsTheBound(t *testing.T) {
 		}
 	}
 }
+
+func TestSimulateRunsBatchesOnEveryIdleInstance(t *testing.T) {
+	// Two requests due in 1.5 ms on a model that takes 1 ms per row and one
+	// row per batch: only two instances at once serve both in time.
+	p := Linear{PerRow: ms(1), Max: 1}
+	reqs := items(2, 0, 1.5)
+	for _, c := range []struct{ instances, want int }{{1, 1}, {2, 2}} {
+		res, err := Simulate(reqs, p, &Deadline{}, c.instances)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.OnTime != c.want || res.Batches != c.want {
+			t.Errorf("%d instances: %d on time in %d batches, want %d", c.instances, res.OnTime, res.Batches, c.want)
+		}
+	}
+}
