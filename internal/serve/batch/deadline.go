@@ -1,0 +1,199 @@
+package batch
+
+import (
+	"slices"
+	"time"
+)
+
+// Deadline is Virga's default policy: it maximizes goodput, the requests
+// answered within their deadlines, using the model's latency profile
+// (Clockwork's observation: inference time is predictable, so a scheduler
+// can know what meets a deadline before it runs it).
+//
+//  1. A request that cannot meet its deadline even alone (now + latency of
+//     its rows > deadline) is refused at once: serving it late would only
+//     delay the others.
+//  2. With an instance free, it plans the highest priority level's queue
+//     (up to Horizon requests, earliest deadline first) as if nothing else
+//     arrived: the exact recursion of the offline bound (plan) finds the
+//     batches that serve the most of them on time, and among those the plan
+//     that frees the instance soonest, so larger batches where batching
+//     pays. It runs the plan's first batch now. That is the largest batch
+//     meeting the earliest deadline when everything fits, and it gives up
+//     on a request about to expire when keeping it would cost more requests
+//     than it saves (a bare earliest-deadline rule collapses under
+//     overload: small batches for the oldest requests make every request
+//     late). With a backlog it also weighs the time a plan keeps the
+//     instance busy (Tradeoff): giving up a request that would take small
+//     batches to save pays when others are waiting.
+//  3. When the plan is a single batch, lower priority levels' requests
+//     ride along if they fit without making it late.
+//
+// A request with no deadline (the zero time) is never refused and goes
+// after those that have one.
+//
+// By default it does not wait for a fuller batch: the plan keeps the
+// instance busy only as long as the known requests need, a request that
+// arrives while a batch runs joins the next (so batches grow with the load
+// by themselves), and waiting cannot serve more of the known requests, only
+// risk them on arrivals it cannot foresee. WaitSlack makes a lone batch
+// wait for part of its slack (Clockwork's idea); in the serving benchmark
+// (bench/serve) that gained about one point of goodput for a flat-latency
+// model under a very tight objective and lost up to five for a model whose
+// batching pays, so it is off. The benchmark measures the policy against
+// the offline bound.
+type Deadline struct {
+	// Horizon is the most requests the plan considers (default 4 batches,
+	// at most 256).
+	Horizon int
+	// WaitSlack, between 0 and 1, is the share of the slack a lone,
+	// unfilled batch waits for more requests to join it (0: never waits).
+	WaitSlack float64
+	// Tradeoff weighs, when the queue holds half a full batch or more, the
+	// time a plan keeps the instance busy against the requests it gives
+	// up: a plan that drops one more request is chosen if it frees the
+	// instance sooner by more than a full batch's time per row divided by
+	// Tradeoff. 0 means the default, 0.5; below 0, drop as few as possible.
+	Tradeoff float64
+}
+
+// planWidth bounds the plan's frontiers: the points with the fewest drops
+// carry the best plans; the rest cost time for plans that give up more.
+const planWidth = 8
+
+var _ Policy = (*Deadline)(nil)
+
+// Decide refuses the requests that cannot meet their deadline and runs the
+// first batch of the best plan for the rest.
+func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Decision {
+	queue = withDeadlines(now, queue)
+	maxRows := p.MaxRows()
+	var d Decision
+	var cands []int
+	for i, it := range queue {
+		r := rowsOf(it)
+		if r > maxRows || now.Add(p.Latency(r)).After(it.Deadline) {
+			d.Refuse = append(d.Refuse, i)
+			continue
+		}
+		cands = append(cands, i)
+		// Wake when the first of the others could no longer meet its
+		// deadline, to refuse it then.
+		if w := it.Deadline.Add(-p.Latency(r) + time.Nanosecond); d.Wake.IsZero() || w.Before(d.Wake) {
+			d.Wake = w
+		}
+	}
+	if idle <= 0 || len(cands) == 0 {
+		return d
+	}
+	slices.SortStableFunc(cands, func(a, b int) int {
+		x, y := queue[a], queue[b]
+		if x.Priority != y.Priority {
+			return x.Priority - y.Priority
+		}
+		return x.Deadline.Compare(y.Deadline)
+	})
+	level := 0
+	for level < len(cands) && queue[cands[level]].Priority == queue[cands[0]].Priority {
+		level++
+	}
+	horizon := dl.Horizon
+	if horizon <= 0 {
+		horizon = min(4*maxRows, 256)
+	}
+	top := cands[:min(level, horizon)]
+
+	jobs := make([]job, len(top))
+	for k, i := range top {
+		jobs[k] = job{deadline: int64(queue[i].Deadline.Sub(now)), rows: rowsOf(queue[i])}
+	}
+	table := latencyTable(p)
+	front := plan(jobs, 0, func(rows int) int64 { return int64(table[rows]) }, maxRows, planWidth)
+	best := front[0]
+	tradeoff := dl.Tradeoff
+	if tradeoff == 0 {
+		tradeoff = 0.5
+	}
+	if queued := rowsIn(queue, cands); tradeoff > 0 && 2*queued >= maxRows {
+		// A backlog (half a full batch or more): time is worth requests,
+		// what the freed instance could serve in it at full batches.
+		worth := tradeoff * float64(maxRows) / float64(table[maxRows])
+		score := func(e planEntry) float64 { return float64(e.drops) + worth*float64(e.finish) }
+		for _, e := range front[1:] {
+			if e.lo >= 0 && score(e) < score(best) {
+				best = e
+			}
+		}
+	}
+	rows := 0
+	earliest := queue[top[best.lo]].Deadline
+	for _, i := range top[best.lo : best.hi+1] {
+		d.Run = append(d.Run, i)
+		rows += rowsOf(queue[i])
+		earliest = minTime(earliest, queue[i].Deadline)
+	}
+	single := best.finish == best.firstFinish
+	if single && dl.WaitSlack > 0 && rows < maxRows {
+		earliest := queue[top[best.lo]].Deadline
+		for _, i := range top[best.lo : best.hi+1] {
+			earliest = minTime(earliest, queue[i].Deadline)
+		}
+		slack := earliest.Sub(now) - table[rows]
+		if wait := time.Duration(dl.WaitSlack * float64(slack)); wait > table[1]/100 {
+			d.Run, d.Wake = nil, now.Add(wait)
+			return d
+		}
+	}
+	if single && len(top) == level {
+		for _, i := range cands[level:] {
+			r := rowsOf(queue[i])
+			e := minTime(earliest, queue[i].Deadline)
+			if rows+r <= maxRows && !now.Add(p.Latency(rows+r)).After(e) {
+				d.Run = append(d.Run, i)
+				rows += r
+				earliest = e
+			}
+		}
+	}
+	return d
+}
+
+// Observe does nothing: the profile is the model's measured latency.
+func (dl *Deadline) Observe(int, time.Duration, int) {}
+
+// noDeadline stands for the deadline of a request that has none.
+const noDeadline = 100 * 365 * 24 * time.Hour
+
+// withDeadlines returns queue, or a copy of it where a request with no
+// deadline (the zero time) has one far in the future: it is never refused
+// and goes after those that have one.
+func withDeadlines(now time.Time, queue []Item) []Item {
+	for i := range queue {
+		if queue[i].Deadline.IsZero() {
+			q := slices.Clone(queue)
+			for j := range q {
+				if q[j].Deadline.IsZero() {
+					q[j].Deadline = now.Add(noDeadline)
+				}
+			}
+			return q
+		}
+	}
+	return queue
+}
+
+// rowsIn returns the rows of the queue positions pos.
+func rowsIn(queue []Item, pos []int) int {
+	n := 0
+	for _, i := range pos {
+		n += rowsOf(queue[i])
+	}
+	return n
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,116 @@
+package batch
+
+import "slices"
+
+// job is one request as the planning recursion sees it, in nanoseconds from
+// an origin.
+type job struct {
+	release  int64
+	deadline int64
+	rows     int
+}
+
+// planEntry is one point of a frontier: having decided the first i jobs,
+// drops of them were left out and the machine is free at finish. first is
+// the plan's first batch, jobs [lo, hi], and firstFinish when it ends (lo
+// is -1 before any batch).
+type planEntry struct {
+	drops       int
+	finish      int64
+	lo, hi      int
+	firstFinish int64
+}
+
+// plan is the exact batching recursion over jobs taken in the given order:
+// each batch is a run of consecutive jobs (those between batches are
+// dropped), starting when the machine is free and its last job has arrived,
+// and on time when it ends by the earliest deadline among its jobs. It
+// returns the frontier after the last job: for each number of drops, the
+// earliest finish, fewest drops first (only the points where more drops buy
+// an earlier finish).
+//
+// Where jobs are in order of both release and deadline and each has one
+// row, some best schedule has this form (see Bound), so the frontier's
+// first point is optimal. start is when the machine is first free. A width
+// above 0 keeps only that many points of each frontier (fewest drops
+// first): faster, no longer exact.
+func plan(jobs []job, start int64, latency func(rows int) int64, maxRows, width int) []planEntry {
+	n := len(jobs)
+	frontiers := make([][]planEntry, n+1)
+	frontiers[0] = []planEntry{{finish: start, lo: -1, hi: -1}}
+	var cands []planEntry
+	for b := 1; b <= n; b++ {
+		cands = cands[:0]
+		// Job b-1 (0-indexed) ends a batch of s jobs.
+		rows := 0
+		minDeadline := int64(1<<63 - 1)
+		for s := 1; s <= b; s++ {
+			a := b - s // 0-indexed first job of the batch
+			rows += jobs[a].rows
+			if rows > maxRows {
+				break
+			}
+			minDeadline = min(minDeadline, jobs[a].deadline)
+			lat := latency(rows)
+			for _, e := range frontiers[a] {
+				fin := max(e.finish, jobs[b-1].release) + lat
+				if fin > minDeadline {
+					continue
+				}
+				c := planEntry{drops: e.drops, finish: fin, lo: e.lo, hi: e.hi, firstFinish: e.firstFinish}
+				if e.lo < 0 {
+					c.lo, c.hi, c.firstFinish = a, b-1, fin
+				}
+				cands = append(cands, c)
+			}
+		}
+		// Or job b-1 is dropped.
+		for _, e := range frontiers[b-1] {
+			e.drops++
+			cands = append(cands, e)
+		}
+		next := int64(-1 << 63)
+		if b < n {
+			next = jobs[b].release
+		}
+		frontiers[b] = pareto(cands, next)
+		if width > 0 && len(frontiers[b]) > width {
+			frontiers[b] = frontiers[b][:width]
+		}
+		if b > maxRows+1 {
+			frontiers[b-maxRows-2] = nil // no longer reachable: batches hold at most maxRows jobs
+		}
+	}
+	return frontiers[n]
+}
+
+// pareto keeps, fewest drops first (then earliest finish, then largest
+// first batch), the entries that finish strictly
+// earlier than every entry with fewer drops, and stops after the first one
+// that finishes by next (the next job's release: finishing any earlier
+// gains nothing).
+func pareto(cands []planEntry, next int64) []planEntry {
+	slices.SortStableFunc(cands, func(x, y planEntry) int {
+		if x.drops != y.drops {
+			return x.drops - y.drops
+		}
+		switch {
+		case x.finish < y.finish:
+			return -1
+		case x.finish > y.finish:
+			return 1
+		}
+		return (y.hi - y.lo) - (x.hi - x.lo) // then the larger first batch
+	})
+	var out []planEntry
+	for _, c := range cands {
+		if len(out) > 0 && c.finish >= out[len(out)-1].finish {
+			continue
+		}
+		out = append(out, c)
+		if c.finish <= next {
+			break
+		}
+	}
+	return out
+}
