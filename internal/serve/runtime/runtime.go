@@ -27,6 +27,13 @@ type LoaderFunc func(dir string, m serve.Manifest) (Model, error)
 // Load calls f.
 func (f LoaderFunc) Load(dir string, m serve.Manifest) (Model, error) { return f(dir, m) }
 
+// Estimator is a Loader that can tell the memory a model will hold before
+// loading it (the engine reserves it in its budget first); without it the
+// engine reserves twice the model file's size, then the model's Memory.
+type Estimator interface {
+	Estimate(dir string, m serve.Manifest) (int64, error)
+}
+
 // Model is one loaded model.
 type Model interface {
 	// Signature is the model's inputs and outputs, as checked at load.

@@ -90,6 +90,18 @@ type Loader struct{}
 
 var _ runtime.Loader = Loader{}
 
+var _ runtime.Estimator = Loader{}
+
+// Estimate implements runtime.Estimator: the Memory of the model Load
+// would return.
+func (l Loader) Estimate(dir string, m serve.Manifest) (int64, error) {
+	model, err := l.Load(dir, m)
+	if err != nil {
+		return 0, err
+	}
+	return model.Memory(), nil
+}
+
 // Load reads dir's model file and checks its sizes against the manifest's
 // signature.
 func (Loader) Load(dir string, m serve.Manifest) (runtime.Model, error) {

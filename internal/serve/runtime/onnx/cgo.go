@@ -44,6 +44,22 @@ type Loader struct{ Settings Settings }
 
 var _ runtime.Loader = (*Loader)(nil)
 
+var _ runtime.Estimator = (*Loader)(nil)
+
+// Estimate implements runtime.Estimator: twice the file and an 8 MiB arena.
+func (l *Loader) Estimate(dir string, m serve.Manifest) (int64, error) {
+	st, err := os.Stat(filepath.Join(dir, m.File))
+	if err != nil {
+		return 0, err
+	}
+	return memoryOf(st.Size()), nil
+}
+
+// memoryOf is a model's memory estimate from its file's size: the weights,
+// once as read and once as ONNX Runtime's initializers, and its arena for a
+// batch's intermediates.
+func memoryOf(size int64) int64 { return 2*size + 8<<20 }
+
 // Load opens dir's ONNX file, checks the inputs and outputs the file
 // declares against the manifest's signature, and starts a session.
 func (l *Loader) Load(dir string, m serve.Manifest) (runtime.Model, error) {
@@ -124,9 +140,7 @@ func (l *Loader) Load(dir string, m serve.Manifest) (runtime.Model, error) {
 		sess:     sess,
 		sig:      m.Signature,
 		maxBatch: maxBatch,
-		// The weights, once as read and once as ONNX Runtime's initializers,
-		// and its arena for a batch's intermediates.
-		memory: 2*st.Size() + 8<<20,
+		memory:   memoryOf(st.Size()),
 	}, nil
 }
 
