@@ -2,7 +2,8 @@
 # Virga's whole test suite, from a fresh clone on a fresh Debian machine:
 # installs what is missing (PostgreSQL of Debian's version, gcc for the race detector, Python with PyTorch, Optuna,
 # matplotlib and scikit-learn, Slurm), waiting for another apt to finish; starts PostgreSQL and a single-host Slurm
-# cluster (scripts/slurm.sh, which adds a line for its nodes to /etc/hosts), runs every Go test with the race
+# cluster (scripts/slurm.sh, which adds a line for its nodes to /etc/hosts), installs ONNX Runtime's library
+# (scripts/onnxruntime.sh), runs every Go test with the race
 # detector, the Python tests, and a short fuzz pass of every parser, then stops what it started.
 #   scripts/test.sh            everything
 #   VIRGA_TEST_QUICK=1 ...     skip the fuzz pass
@@ -49,6 +50,10 @@ fi
 
 echo "== go vet"
 go vet ./...
+
+echo "== ONNX Runtime's library for the inference engine's tests (installed once, cached)"
+VIRGA_ONNXRUNTIME=$(scripts/onnxruntime.sh | tail -n 1)
+export VIRGA_ONNXRUNTIME
 
 echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/virga-go-test.log

@@ -1,0 +1,597 @@
+// Package engine is Virga's inference engine behind serve.Service: models
+// found by a Source, loaded by the runtime their manifest names, kept in a
+// cache under a memory budget (least recently used idle models evicted,
+// never one with requests in flight or queued), and a dispatcher per loaded
+// model that asks a batch.Policy what to run. It serves no protocol (the
+// front ends in internal/serve/oip do) and decides nothing about batching
+// itself (the policies in internal/serve/batch do).
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/virga-ml/virga/internal/serve"
+	"github.com/virga-ml/virga/internal/serve/batch"
+	"github.com/virga-ml/virga/internal/serve/runtime"
+	"github.com/virga-ml/virga/internal/serve/runtime/mlp"
+	"github.com/virga-ml/virga/internal/serve/runtime/onnx"
+)
+
+// Defaults of Options.
+const (
+	DefaultMemoryBudget = 1 << 30
+	DefaultObjective    = time.Second
+	DefaultMaxQueue     = 1024
+)
+
+// Options configure an Engine; only Source is required.
+type Options struct {
+	// Source finds models by name.
+	Source Source
+	// Runtimes load models by their manifest's format; nil means
+	// DefaultRuntimes(onnx.Settings{}).
+	Runtimes map[string]runtime.Loader
+	// MemoryBudget is the bytes loaded models may hold together (as their
+	// runtimes estimate them); 0 means DefaultMemoryBudget.
+	MemoryBudget int64
+	// Objective is a request's time in the server when it sets no timeout;
+	// 0 means DefaultObjective.
+	Objective time.Duration
+	// Instances is how many batches of one model run at once; 0 means 1.
+	Instances int
+	// MaxQueue is the most requests waiting in one model's queue; one more
+	// is refused (QueueFull). 0 means DefaultMaxQueue.
+	MaxQueue int
+	// Policy makes a model's batching policy when it loads; nil means
+	// Greedy.
+	Policy func(model, version string) batch.Policy
+	// Pinned models load when the engine starts and are never evicted;
+	// Ready is false until they are loaded.
+	Pinned []string
+	// Clock is the engine's time; nil means the real clock.
+	Clock Clock
+	// Registry receives the engine's metrics; nil means a new one.
+	Registry *prometheus.Registry
+	// Name and Version are the server's metadata.
+	Name, Version string
+}
+
+// DefaultRuntimes are the runtimes of the formats Virga serves.
+func DefaultRuntimes(s onnx.Settings) map[string]runtime.Loader {
+	return map[string]runtime.Loader{
+		onnx.Format: &onnx.Loader{Settings: s},
+		mlp.Format:  mlp.Loader{},
+	}
+}
+
+// Engine is the inference engine; it implements serve.Service.
+type Engine struct {
+	opts    Options
+	clock   Clock
+	metrics *metrics
+	ctx     context.Context // ends at Close; loads run under it
+	cancel  context.CancelFunc
+
+	mu      sync.Mutex
+	models  map[key]*entry
+	current map[string]string // the version a name serves (set on first use, by Swap and Load)
+	failed  map[key]string    // why a version's last load failed
+	used    int64             // bytes reserved by models loaded and loading
+	peak    int64             // the most used has been
+	changed chan struct{}     // closed and replaced when memory or references change
+	closed  bool
+	loads   sync.WaitGroup
+}
+
+var _ serve.Service = (*Engine)(nil)
+
+type key struct{ name, version string }
+
+func (k key) String() string { return k.name + " version " + k.version }
+
+// entry is one model version in the cache.
+type entry struct {
+	key  key
+	dir  string
+	done chan struct{} // closed when the load ends: ready, or err set
+	err  error
+
+	ready    bool
+	waiting  bool  // the load waits for room in the budget
+	refs     int   // requests holding it: waiting for its load, queued or running
+	pinned   bool  // never evicted
+	retired  bool  // evicted as soon as idle (an older version after a swap, or unloaded)
+	reserved int64 // bytes of the budget it holds
+	lastUsed time.Time
+
+	model   runtime.Model
+	profile *Profile
+	disp    *dispatcher
+}
+
+// New starts an engine and the loads of its pinned models.
+func New(opts Options) (*Engine, error) {
+	if opts.Source == nil {
+		return nil, errors.New("engine: Options.Source is required")
+	}
+	if opts.Runtimes == nil {
+		opts.Runtimes = DefaultRuntimes(onnx.Settings{})
+	}
+	if opts.MemoryBudget <= 0 {
+		opts.MemoryBudget = DefaultMemoryBudget
+	}
+	if opts.Objective <= 0 {
+		opts.Objective = DefaultObjective
+	}
+	opts.Instances = max(opts.Instances, 1)
+	if opts.MaxQueue <= 0 {
+		opts.MaxQueue = DefaultMaxQueue
+	}
+	if opts.Policy == nil {
+		opts.Policy = func(string, string) batch.Policy { return Greedy{} }
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.Name == "" {
+		opts.Name = "virga"
+	}
+	e := &Engine{
+		opts:    opts,
+		clock:   opts.Clock,
+		metrics: newMetrics(opts.Registry),
+		models:  map[key]*entry{},
+		current: map[string]string{},
+		failed:  map[key]string{},
+		changed: make(chan struct{}),
+	}
+	if e.clock == nil {
+		e.clock = realClock{}
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.metrics.budget.Set(float64(opts.MemoryBudget))
+	for _, name := range opts.Pinned {
+		r, err := opts.Source.Resolve(e.ctx, name, "")
+		if err != nil {
+			e.Close()
+			return nil, fmt.Errorf("pinned model %s: %w", name, err)
+		}
+		e.mu.Lock()
+		e.current[name] = r.Version
+		ent := e.entryLocked(key{name, r.Version}, r.Dir)
+		ent.pinned = true
+		ent.refs-- // the pin holds it, not a request
+		e.mu.Unlock()
+	}
+	return e, nil
+}
+
+// Close unloads every model; requests still queued are answered with
+// ErrUnavailable.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.cancel()
+	e.signalLocked()
+	e.mu.Unlock()
+	e.loads.Wait()
+	e.mu.Lock()
+	var ready []*entry
+	for k, ent := range e.models {
+		if ent.ready {
+			ready = append(ready, ent)
+		}
+		delete(e.models, k)
+	}
+	e.mu.Unlock()
+	// Without the lock: a dispatcher stops once its running batches end,
+	// and they release their requests' references under the lock.
+	var errs []error
+	for _, ent := range ready {
+		ent.disp.stop()
+		errs = append(errs, ent.model.Close())
+	}
+	e.mu.Lock()
+	for _, ent := range ready {
+		e.used -= ent.reserved
+		ent.reserved = 0
+	}
+	e.metrics.memory.Set(float64(e.used))
+	e.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// signalLocked wakes whatever waits for memory or references to change.
+func (e *Engine) signalLocked() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// entryLocked returns the cache entry of k holding one more reference,
+// starting its load if it is not loaded or loading.
+func (e *Engine) entryLocked(k key, dir string) *entry {
+	ent := e.models[k]
+	if ent == nil {
+		ent = &entry{key: k, dir: dir, done: make(chan struct{})}
+		e.models[k] = ent
+		e.loads.Add(1)
+		go e.load(ent)
+	}
+	ent.refs++
+	return ent
+}
+
+// resolve finds the version a request names: the one its name serves when
+// it names none.
+func (e *Engine) resolve(ctx context.Context, name, version string) (key, string, error) {
+	if version == "" {
+		e.mu.Lock()
+		v, ok := e.current[name]
+		e.mu.Unlock()
+		if ok {
+			version = v
+		}
+	}
+	r, err := e.opts.Source.Resolve(ctx, name, version)
+	if err != nil {
+		return key{}, "", err
+	}
+	if version == "" {
+		e.mu.Lock()
+		if v, ok := e.current[name]; ok && v != r.Version {
+			// A swap won the race: serve what it chose.
+			e.mu.Unlock()
+			return e.resolve(ctx, name, v)
+		}
+		e.current[name] = r.Version
+		e.mu.Unlock()
+	}
+	return key{r.Name, r.Version}, r.Dir, nil
+}
+
+// acquire returns k's loaded model holding a reference the caller must
+// release, waiting for its load until ctx ends or deadline passes.
+func (e *Engine) acquire(ctx context.Context, k key, dir string, deadline time.Time) (*entry, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: the server is shutting down", serve.ErrUnavailable)
+	}
+	ent := e.entryLocked(k, dir)
+	if ent.ready {
+		ent.lastUsed = e.clock.Now()
+		e.mu.Unlock()
+		return ent, nil
+	}
+	e.mu.Unlock()
+
+	var timeout <-chan struct{}
+	if !deadline.IsZero() {
+		ch := make(chan struct{})
+		stop := e.clock.AfterFunc(deadline.Sub(e.clock.Now()), func() { close(ch) })
+		defer stop()
+		timeout = ch
+	}
+	select {
+	case <-ent.done:
+		if ent.err != nil {
+			return nil, ent.err // the load released the references
+		}
+		e.mu.Lock()
+		ent.lastUsed = e.clock.Now()
+		e.mu.Unlock()
+		return ent, nil
+	case <-ctx.Done():
+		e.giveUp(ent)
+		return nil, ctx.Err()
+	case <-timeout:
+		if waiting := e.giveUp(ent); waiting {
+			return nil, fmt.Errorf("%w: %s: no room in the memory budget (%d bytes) before the request's deadline: every loaded model has requests in flight",
+				serve.ErrUnavailable, k, e.opts.MemoryBudget)
+		}
+		return nil, &serve.RefusedError{Reason: "LoadTooSlow", Msg: fmt.Sprintf("model %s is still loading at the request's deadline", k)}
+	}
+}
+
+// giveUp drops a waiting request's reference unless the load ended
+// meanwhile; it says whether the load was waiting for memory.
+func (e *Engine) giveUp(ent *entry) (waitingForMemory bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-ent.done:
+		if ent.err == nil {
+			e.releaseLocked(ent)
+		}
+		return false
+	default:
+	}
+	ent.refs--
+	e.signalLocked()
+	return ent.waiting
+}
+
+// release drops a reference taken by acquire.
+func (e *Engine) release(ent *entry) {
+	e.mu.Lock()
+	e.releaseLocked(ent)
+	e.mu.Unlock()
+}
+
+func (e *Engine) releaseLocked(ent *entry) {
+	ent.refs--
+	ent.lastUsed = e.clock.Now()
+	if ent.refs == 0 && ent.retired {
+		// Not here: the last reference may be dropped by the model's own
+		// dispatcher, which eviction stops and waits for.
+		go e.evictRetired(ent)
+	}
+	e.signalLocked()
+}
+
+// evictRetired unloads a retired model if it is still idle.
+func (e *Engine) evictRetired(ent *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ent.refs == 0 && ent.retired && ent.ready && !ent.pinned && e.models[ent.key] == ent {
+		e.evictLocked(ent)
+	}
+}
+
+// load loads, warms up and profiles ent's model:
+//  1. read the manifest and find its runtime;
+//  2. reserve the runtime's estimate of its memory, evicting idle models
+//     (least recently used first) or waiting for room while a request
+//     still wants it;
+//  3. load, then make the reservation the model's own figure;
+//  4. warm up and profile it, start its dispatcher, and mark it ready.
+//
+// A failure removes the entry and fails its waiting requests, and nothing
+// else.
+func (e *Engine) load(ent *entry) {
+	defer e.loads.Done()
+	start := e.clock.Now()
+	name := ent.key.name
+	fail := func(err error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if ent.model != nil {
+			ent.model.Close()
+		}
+		e.used -= ent.reserved
+		ent.reserved = 0
+		e.metrics.memory.Set(float64(e.used))
+		if e.models[ent.key] == ent {
+			delete(e.models, ent.key)
+		}
+		if !errors.Is(err, serve.ErrUnavailable) {
+			err = fmt.Errorf("%w: loading %s: %w", serve.ErrUnavailable, ent.key, err)
+		}
+		e.failed[ent.key] = err.Error()
+		ent.err = err
+		close(ent.done)
+		e.metrics.loads.WithLabelValues(name, "failed").Inc()
+		e.signalLocked()
+	}
+
+	// 1. The manifest and the runtime.
+	m, err := ReadManifest(ent.dir)
+	if err != nil {
+		fail(err)
+		return
+	}
+	loader := e.opts.Runtimes[m.Format]
+	if loader == nil {
+		fail(fmt.Errorf("%s: format: %q, want one of %s", filepath.Join(ent.dir, serve.ManifestFile), m.Format, formats(e.opts.Runtimes)))
+		return
+	}
+	estimate, err := estimateMemory(loader, ent.dir, m)
+	if err != nil {
+		fail(err)
+		return
+	}
+
+	// 2. Room in the budget.
+	if err := e.reserve(ent, estimate); err != nil {
+		fail(err)
+		return
+	}
+
+	// 3. The model.
+	model, err := loader.Load(ent.dir, m)
+	if err != nil {
+		fail(err)
+		return
+	}
+	ent.model = model
+	if err := e.reserve(ent, model.Memory()-ent.reserved); err != nil {
+		fail(err)
+		return
+	}
+
+	// 4. Warm-up, profile, dispatcher.
+	prof, err := measure(e.ctx, model, e.clock.Now)
+	if err != nil {
+		fail(err)
+		return
+	}
+	ent.profile = prof
+	ent.disp = newDispatcher(e, ent, e.opts.Policy(name, ent.key.version))
+	e.mu.Lock()
+	ent.ready = true
+	ent.lastUsed = e.clock.Now()
+	delete(e.failed, ent.key)
+	close(ent.done)
+	e.metrics.loads.WithLabelValues(name, "ok").Inc()
+	e.metrics.loadTime.WithLabelValues(name).Observe(e.clock.Now().Sub(start).Seconds())
+	e.metrics.loaded.Inc()
+	e.metrics.modelBytes.WithLabelValues(name, ent.key.version).Set(float64(ent.reserved))
+	if ent.refs == 0 && !ent.pinned {
+		// Every request gave up: it stays, idle, as the least recently used.
+		ent.lastUsed = time.Time{}
+	}
+	e.signalLocked()
+	e.mu.Unlock()
+}
+
+// estimateMemory is the runtime's estimate, or twice the model file's size.
+func estimateMemory(l runtime.Loader, dir string, m serve.Manifest) (int64, error) {
+	if est, ok := l.(runtime.Estimator); ok {
+		return est.Estimate(dir, m)
+	}
+	st, err := os.Stat(filepath.Join(dir, m.File))
+	if err != nil {
+		return 0, err
+	}
+	return 2 * st.Size(), nil
+}
+
+func formats(rs map[string]runtime.Loader) string {
+	var fs []string
+	for f := range rs {
+		fs = append(fs, fmt.Sprintf("%q", f))
+	}
+	sort.Strings(fs)
+	s := ""
+	for i, f := range fs {
+		if i > 0 {
+			s += ", "
+		}
+		s += f
+	}
+	return s
+}
+
+// reserve adds need bytes (possibly negative) to ent's reservation,
+// evicting idle models least recently used first, or waiting for room
+// while a request or a pin still wants ent.
+func (e *Engine) reserve(ent *entry, need int64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer func() { ent.waiting = false }()
+	for {
+		if e.closed {
+			return fmt.Errorf("%w: the server is shutting down", serve.ErrUnavailable)
+		}
+		if need <= 0 || e.used+need <= e.opts.MemoryBudget {
+			e.used += need
+			e.peak = max(e.peak, e.used)
+			ent.reserved += need
+			e.metrics.memory.Set(float64(e.used))
+			return nil
+		}
+		if ent.reserved+need > e.opts.MemoryBudget {
+			return fmt.Errorf("%w: %s needs %d bytes, more than the whole memory budget (%d bytes)", serve.ErrUnavailable, ent.key, ent.reserved+need, e.opts.MemoryBudget)
+		}
+		if ent.refs == 0 && !ent.pinned {
+			return fmt.Errorf("%w: %s: no room in the memory budget and no request waits for it any more", serve.ErrUnavailable, ent.key)
+		}
+		if victim := e.lruLocked(); victim != nil {
+			e.evictLocked(victim)
+			continue
+		}
+		if pinned := e.pinnedLocked(); pinned+ent.reserved+need > e.opts.MemoryBudget {
+			return fmt.Errorf("%w: %s needs %d bytes; pinned models hold %d of the memory budget's %d", serve.ErrUnavailable, ent.key, ent.reserved+need, pinned, e.opts.MemoryBudget)
+		}
+		ent.waiting = true
+		ch := e.changed
+		e.mu.Unlock()
+		<-ch
+		e.mu.Lock()
+	}
+}
+
+// lruLocked is the least recently used model that may be evicted: loaded,
+// idle (no request waiting for it, queued or running) and not pinned.
+func (e *Engine) lruLocked() *entry {
+	var best *entry
+	for _, ent := range e.models {
+		if !ent.ready || ent.refs > 0 || ent.pinned {
+			continue
+		}
+		if best == nil || ent.lastUsed.Before(best.lastUsed) {
+			best = ent
+		}
+	}
+	return best
+}
+
+func (e *Engine) pinnedLocked() int64 {
+	var n int64
+	for _, ent := range e.models {
+		if ent.pinned {
+			n += ent.reserved
+		}
+	}
+	return n
+}
+
+// evictLocked unloads an idle model and returns its memory to the budget.
+func (e *Engine) evictLocked(ent *entry) {
+	e.unloadLocked(ent)
+	delete(e.models, ent.key)
+	e.metrics.evictions.WithLabelValues(ent.key.name).Inc()
+	e.signalLocked()
+}
+
+// unloadLocked stops an idle model's dispatcher and closes it (under the
+// lock, so its memory is free before the budget counts it free).
+func (e *Engine) unloadLocked(ent *entry) error {
+	ent.disp.stop()
+	err := ent.model.Close()
+	ent.ready = false
+	e.used -= ent.reserved
+	ent.reserved = 0
+	e.metrics.memory.Set(float64(e.used))
+	e.metrics.loaded.Dec()
+	e.metrics.modelBytes.DeleteLabelValues(ent.key.name, ent.key.version)
+	return err
+}
+
+// Swap makes name serve version once that version is loaded and warm; the
+// version served until then keeps serving meanwhile, and is unloaded once
+// its last request ends. If the new version fails to load, nothing changes
+// and the error says why. The registry's alias moves call it.
+func (e *Engine) Swap(ctx context.Context, name, version string) error {
+	r, err := e.opts.Source.Resolve(ctx, name, version)
+	if err != nil {
+		return err
+	}
+	k := key{r.Name, r.Version}
+	ent, err := e.acquire(ctx, k, r.Dir, time.Time{})
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old, had := e.current[name]
+	e.current[name] = r.Version
+	ent.retired = false
+	if had && old != r.Version {
+		if prev := e.models[key{name, old}]; prev != nil {
+			prev.retired = true
+			if prev.pinned {
+				prev.pinned = false
+				ent.pinned = true
+			}
+			if prev.ready && prev.refs == 0 {
+				e.evictLocked(prev)
+			}
+		}
+	}
+	e.releaseLocked(ent)
+	return nil
+}
