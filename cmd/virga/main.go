@@ -139,7 +139,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(
 		newRunCmd(g), newServerCmd(g), newValidateCmd(g), newLsCmd(g), newShowCmd(g), newTrialsCmd(g),
 		newLogsCmd(g), newControlCmd(g, "stop"), newControlCmd(g, "pause"), newControlCmd(g, "resume"), newBestCmd(g), newSimCmd(g),
-		newEstimateCmd(g), newAgentCmd(g), newAlgoCmd(g), newModelsCmd(g),
+		newEstimateCmd(g), newAgentCmd(g), newAlgoCmd(g), newModelsCmd(g), newServeCmd(g), newBenchCmd(g),
 	)
 	return root
 }

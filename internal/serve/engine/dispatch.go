@@ -41,7 +41,8 @@ type dispatcher struct {
 	e       *Engine
 	ent     *entry
 	policy  batch.Policy
-	batched bool // the model takes rows along its first dimension
+	profile *adaptive // what the policy decides with: the load-time profile, corrected by the batches run
+	batched bool      // the model takes rows along its first dimension
 
 	arrive  chan *call
 	cancel  chan *call
@@ -62,6 +63,7 @@ func newDispatcher(e *Engine, ent *entry, p batch.Policy) *dispatcher {
 		e:       e,
 		ent:     ent,
 		policy:  p,
+		profile: newAdaptive(ent.profile),
 		batched: ent.model.MaxBatch() > 0,
 		arrive:  make(chan *call),
 		cancel:  make(chan *call),
@@ -129,6 +131,7 @@ func (d *dispatcher) loop() {
 			}
 		case b := <-d.done:
 			d.running--
+			d.profile.observe(b.rows, b.took)
 			d.policy.Observe(b.rows, b.took, b.late)
 			d.e.metrics.compute.WithLabelValues(name).Observe(b.took.Seconds())
 			d.e.metrics.batchRows.WithLabelValues(name).Observe(float64(b.rows))
@@ -169,7 +172,7 @@ func (d *dispatcher) decide() {
 			items[i] = c.item
 		}
 		idle := d.e.opts.Instances - d.running
-		dec := d.policy.Decide(now, items, idle, d.ent.profile)
+		dec := d.policy.Decide(now, items, idle, d.profile)
 
 		gone := make([]bool, len(d.queue))
 		for _, i := range dec.Refuse {

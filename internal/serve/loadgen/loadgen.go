@@ -113,7 +113,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	endpoint += "/infer"
 	client := cfg.Client
 	if client == nil {
-		client = &http.Client{Timeout: 10*cfg.Objective + 10*time.Second}
+		// Keep as many idle connections as requests may be in flight: with
+		// http.DefaultTransport's 2 per host, a burst opens a new TCP
+		// connection for nearly every request, and the load generator, not
+		// the server, becomes what is measured.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns = 0
+		tr.MaxIdleConnsPerHost = 4096
+		client = &http.Client{Timeout: 10*cfg.Objective + 10*time.Second, Transport: tr}
 	}
 	clock := cfg.Clock
 	if clock == nil {

@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/virga-ml/virga/internal/serve"
+	"github.com/virga-ml/virga/internal/serve/batch"
+	"github.com/virga-ml/virga/internal/serve/runtime/mlp"
+)
+
+// writeHeavyMLP writes a virga.mlp/v1 model wide enough that a call costs
+// a measurable time (about a hundred microseconds a row).
+func writeHeavyMLP(t testing.TB, root, name string, hidden, maxBatch int) {
+	t.Helper()
+	dir := filepath.Join(root, name, "1")
+	writeMLP(t, root, name, "1", 0, 1)
+	f := mlp.File{Inputs: 64, Hidden: hidden, Classes: 10, InputScale: 1.0 / 16}
+	rng := rand.New(rand.NewPCG(9, 9))
+	f.Params = make([]float64, hidden*64+hidden+10*hidden+10)
+	for i := range f.Params {
+		f.Params[i] = rng.Float64()*0.02 - 0.01
+	}
+	writeJSON(t, filepath.Join(dir, "mlp.json"), f)
+	writeJSON(t, filepath.Join(dir, serve.ManifestFile), serve.Manifest{Format: mlp.Format, File: "mlp.json", MaxBatch: maxBatch, Signature: f.Signature()})
+}
+
+type overloadResult struct {
+	served, late, refused, other int
+	slowestRefusal               time.Duration
+	medianRefusal                time.Duration
+	worstLateBy                  time.Duration
+	refusals                     []time.Duration
+}
+
+// overload sends single-row requests to model at rate per second, Poisson,
+// for d, each with deadline arrival+objective, and sorts the answers.
+func overload(t *testing.T, e *Engine, model string, rate float64, d, objective time.Duration) overloadResult {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var mu sync.Mutex
+	var res overloadResult
+	var wg sync.WaitGroup
+	start := time.Now()
+	next := start
+	for next.Sub(start) < d {
+		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		time.Sleep(time.Until(next))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			arrived := time.Now()
+			_, err := e.Infer(context.Background(), &serve.Request{Model: model, Inputs: []serve.Tensor{pixels(1)}, Arrived: arrived})
+			took := time.Since(arrived)
+			mu.Lock()
+			defer mu.Unlock()
+			var refused *serve.RefusedError
+			switch {
+			case err == nil && took <= objective:
+				res.served++
+			case err == nil:
+				res.served++
+				res.late++
+				res.worstLateBy = max(res.worstLateBy, took-objective)
+			case errors.As(err, &refused):
+				res.refused++
+				res.slowestRefusal = max(res.slowestRefusal, took)
+				res.refusals = append(res.refusals, took)
+			default:
+				res.other++
+				t.Errorf("infer: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(res.refusals) > 0 {
+		slices.Sort(res.refusals)
+		res.medianRefusal = res.refusals[len(res.refusals)/2]
+	}
+	return res
+}
+
+// TestOverloadDeadlineServesInTimeOrRefuses drives a model at twice the
+// rate it can serve: with the deadline policy every request answered is
+// answered within its objective and the others are refused before their
+// deadline passes; Triton's fixed batcher serves late instead.
+func TestOverloadDeadlineServesInTimeOrRefuses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a model at twice its capacity for seconds")
+	}
+	root := t.TempDir()
+	hidden := 32768 // about 1.5 ms a row
+	if raceEnabled {
+		hidden /= 8
+	}
+	writeHeavyMLP(t, root, "heavy", hidden, 8)
+	const objective = 100 * time.Millisecond
+	results := map[string]overloadResult{}
+	for _, name := range []string{batch.NameDeadline, batch.NameFixed} {
+		e := newEngine(t, Options{
+			Source:    DirSource{Root: root},
+			Objective: objective,
+			Pinned:    []string{"heavy"},
+			Policy: func(string, string) batch.Policy {
+				p, err := batch.New(name, objective)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			},
+		})
+		waitReady(t, e)
+		e.mu.Lock()
+		prof := e.models[key{"heavy", "1"}].profile
+		e.mu.Unlock()
+		capacity := float64(prof.MaxRows()) / prof.Latency(prof.MaxRows()).Seconds()
+		res := overload(t, e, "heavy", 2*capacity, 2*time.Second, objective)
+		t.Logf("%s: capacity %.0f/s (profile %v), at %.0f/s: served %d (late %d, by up to %v), refused %d (median %v, slowest %v)",
+			name, capacity, prof.Points, 2*capacity, res.served, res.late, res.worstLateBy, res.refused, res.medianRefusal, res.slowestRefusal)
+		results[name] = res
+		if mfs, err := e.Registry().Gather(); err == nil {
+			for _, mf := range mfs {
+				if n := mf.GetName(); n == "virga_serve_batch_rows" || n == "virga_serve_compute_seconds" {
+					h := mf.GetMetric()[0].GetHistogram()
+					t.Logf("%s: %s mean %.4g over %d", name, n, h.GetSampleSum()/float64(h.GetSampleCount()), h.GetSampleCount())
+				}
+			}
+		}
+		e.Close()
+	}
+	// Deadline: what it serves is on time (a machine shared with other
+	// processes may stretch a batch past what the model's recent batches
+	// took: allow 2% of them), the rest is refused, most of it before its
+	// deadline passes; fixed serves late instead.
+	d, f := results[batch.NameDeadline], results[batch.NameFixed]
+	if d.served == 0 || d.refused == 0 {
+		t.Errorf("deadline: served %d, refused %d: at twice the capacity both should happen", d.served, d.refused)
+	}
+	if d.late*50 > d.served {
+		t.Errorf("deadline: %d of %d requests served late (by up to %v): it must refuse what it cannot serve in time", d.late, d.served, d.worstLateBy)
+	}
+	if d.medianRefusal > objective {
+		t.Errorf("deadline: half the refusals took over %v, the requests' objective: refusals must come at once", d.medianRefusal)
+	}
+	if f.late*2 < f.served {
+		t.Errorf("fixed: %d of %d requests late at twice the capacity: the load was not an overload", f.late, f.served)
+	}
+	if d.served-d.late <= f.served-f.late {
+		t.Errorf("deadline answered %d requests on time, fixed %d: deadline should answer more", d.served-d.late, f.served-f.late)
+	}
+}
+
+func waitReady(t *testing.T, e *Engine) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !e.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("engine not ready after 60 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
