@@ -406,8 +406,9 @@ func TestNoRoomIsUnavailable(t *testing.T) {
 		_, err := e.Infer(context.Background(), r)
 		errc <- err
 	}()
-	waitFor(t, func() bool { return clock.pending() > before }) // b's request waits
-	waitFor(t, func() bool { // b's load waits for room
+	// b's request waits, and b's load waits for room.
+	waitFor(t, func() bool { return clock.pending() > before })
+	waitFor(t, func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		ent := e.models[key{"b", "1"}]
