@@ -86,7 +86,7 @@ fuzz() {
 }
 
 if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
-  echo "== fuzz (15s per parser: experiment files, capacity files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format, squeue and scontrol output, checkpoint archives and the agent's spec)"
+  echo "== fuzz (15s per parser: experiment files, capacity files, report bodies, VIRGA_METRIC lines, searcher snapshots, benchmark tables, learning curves; 10s per capacity trace format, squeue and scontrol output, checkpoint archives, the agent's spec, model manifests and virga.mlp/v1 files)"
   fuzz FuzzParse 15 ./internal/spec
   fuzz FuzzParseCapacity 15 ./internal/spec
   fuzz FuzzReportDecode 15 ./internal/api
@@ -104,6 +104,8 @@ if [ -z "${VIRGA_TEST_QUICK:-}" ]; then
   fuzz FuzzRestore 15 ./internal/search
   fuzz FuzzRead 15 ./internal/search/replay
   fuzz FuzzPredict 15 ./internal/search/curve
+  fuzz FuzzDecodeManifest 10 ./internal/serve/engine
+  fuzz FuzzDecode 10 ./internal/serve/runtime/mlp
   for f in FuzzAvailability FuzzGCPPrices FuzzAWSPrices; do
     fuzz "$f" 10 ./internal/capacity/trace
   done

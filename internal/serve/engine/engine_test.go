@@ -389,7 +389,9 @@ func TestNoRoomIsUnavailable(t *testing.T) {
 	if _, err := e.Infer(context.Background(), request("a", 1)); err != nil {
 		t.Fatal(err)
 	}
-	run := g.gateRun(a)
+	gate := g.gateRun(a)
+	run := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(run) // before the engine's Close, should the test fail first
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.Infer(context.Background(), request("a", 1))
@@ -404,12 +406,19 @@ func TestNoRoomIsUnavailable(t *testing.T) {
 		_, err := e.Infer(context.Background(), r)
 		errc <- err
 	}()
+	// b's request waits, and b's load waits for room.
 	waitFor(t, func() bool { return clock.pending() > before })
+	waitFor(t, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		ent := e.models[key{"b", "1"}]
+		return ent != nil && ent.waiting
+	})
 	clock.Advance(time.Second)
 	if err := <-errc; !errors.Is(err, serve.ErrUnavailable) || !strings.Contains(err.Error(), "no room in the memory budget") {
 		t.Fatalf("got %v, want ErrUnavailable: no room", err)
 	}
-	close(run)
+	run()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

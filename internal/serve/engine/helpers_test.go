@@ -219,7 +219,10 @@ func (m *gatedModel) Run(ctx context.Context, in []serve.Tensor) ([]serve.Tensor
 	gate := m.g.runGate[m.dir]
 	m.g.mu.Unlock()
 	if gate != nil {
-		m.g.running <- m.dir
+		select {
+		case m.g.running <- m.dir:
+		default: // nobody is counting runs any more
+		}
 		<-gate
 	}
 	return m.Model.Run(ctx, in)

@@ -202,14 +202,29 @@ func (e *Engine) infer(ctx context.Context, r *serve.Request) (*serve.Response, 
 	}
 	deadline := arrived.Add(timeout)
 
-	// 2. The model.
-	k, dir, err := e.resolve(ctx, r.Model, r.Version)
-	if err != nil {
-		return nil, err
-	}
-	ent, err := e.acquire(ctx, k, dir, deadline)
-	if err != nil {
-		return nil, err
+	// 2. The model. A request naming no version that waited while a swap
+	// moved its name on goes to the new version (and the old, loaded again
+	// for it, goes once idle).
+	var ent *entry
+	var k key
+	for {
+		var dir string
+		var err error
+		k, dir, err = e.resolve(ctx, r.Model, r.Version)
+		if err != nil {
+			return nil, err
+		}
+		ent, err = e.acquire(ctx, k, dir, deadline)
+		if err != nil {
+			return nil, err
+		}
+		if r.Version != "" || e.serves(k) {
+			break
+		}
+		e.mu.Lock()
+		ent.retired = true
+		e.releaseLocked(ent)
+		e.mu.Unlock()
 	}
 
 	// 3. The inputs.
@@ -344,4 +359,11 @@ func specNames(specs []serve.TensorSpec) string {
 		s = append(s, fmt.Sprintf("%s %s%v", t.Name, t.Datatype, t.Shape))
 	}
 	return strings.Join(s, ", ")
+}
+
+// serves says whether k is the version its name serves now.
+func (e *Engine) serves(k key) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.current[k.name] == k.version
 }
