@@ -73,7 +73,7 @@ Off loopback, every request but the health checks needs "Authorization: Bearer T
 	fl.StringVar(&f.grpcAddr, "grpc", "127.0.0.1:8001", "gRPC listen address (\"\" for none)")
 	fl.StringVar(&f.memory, "memory", "1GiB", "memory budget of the loaded models (e.g. 512MiB, 2GiB)")
 	fl.DurationVar(&f.objective, "objective", 100*time.Millisecond, "latency objective: a request's deadline when it sets no timeout")
-	fl.StringSliceVar(&f.batching, "batching", []string{batch.NameDeadline}, "batching policy: deadline, fixed, aimd or none; MODEL=POLICY sets one model's")
+	fl.StringSliceVar(&f.batching, "batching", []string{batch.NameDeadline}, "batching policy: deadline, fixed (Triton's dynamic batcher; fixed:1ms with a max queue delay), aimd (Clipper's) or none; MODEL=POLICY sets one model's")
 	fl.IntVar(&f.instances, "instances", 1, "batches of one model run at once")
 	fl.IntVar(&f.threads, "threads", 1, "ONNX Runtime intra-op threads per call")
 	fl.IntVar(&f.maxQueue, "max-queue", engine.DefaultMaxQueue, "most requests waiting for one model; one more is refused (429)")
@@ -113,7 +113,7 @@ func batchingPolicies(specs []string, objective time.Duration) (func(model, vers
 		if !ok {
 			name, pol = "", s
 		}
-		if _, err := batch.New(pol, objective); err != nil {
+		if _, err := newPolicy(pol, objective); err != nil {
 			return nil, fmt.Errorf("--batching %s: %w", s, err)
 		}
 		if name == "" {
@@ -127,9 +127,27 @@ func batchingPolicies(specs []string, objective time.Duration) (func(model, vers
 		if p, ok := per[model]; ok {
 			pol = p
 		}
-		p, _ := batch.New(pol, objective) // checked above
+		p, _ := newPolicy(pol, objective) // checked above
 		return p
 	}, nil
+}
+
+// newPolicy makes a batching policy from its name; fixed:DELAY is Triton's
+// dynamic batcher with a max queue delay (fixed alone: no delay, Triton's
+// default).
+func newPolicy(spec string, objective time.Duration) (batch.Policy, error) {
+	name, arg, hasArg := strings.Cut(spec, ":")
+	if !hasArg {
+		return batch.New(name, objective)
+	}
+	if name != batch.NameFixed {
+		return nil, fmt.Errorf("%q: only fixed takes an argument (fixed:DELAY, e.g. fixed:1ms)", spec)
+	}
+	delay, err := time.ParseDuration(arg)
+	if err != nil || delay < 0 {
+		return nil, fmt.Errorf("%q: want fixed:DELAY with a duration such as 500us or 5ms", spec)
+	}
+	return &batch.Fixed{MaxQueueDelay: delay}, nil
 }
 
 // isLoopback reports whether addr (host:port) listens on loopback only.
