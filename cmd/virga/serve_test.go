@@ -319,3 +319,103 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("after kill -9 and a restart: version %q, %v; want 2", version, err)
 	}
 }
+
+// torchOutputs computes, with PyTorch, what the digits-torch trial's
+// checkpointed network gives for the first n validation rows (raw pixels):
+// the probabilities, row after row, and the rows themselves.
+const torchOutputsScript = `
+import json, sys, torch
+sys.path.insert(0, "examples/digits-torch")
+import train
+ckpt, n = sys.argv[1], int(sys.argv[2])
+state = train.load_checkpoint(ckpt)
+model = train.build_model(state["settings"]["hidden"])
+model.load_state_dict(state["model"])
+model.eval()
+_, _, val_x, _ = train.load_dataset("examples/data/digits.csv.gz")
+raw = torch.round(val_x[:n] * train.MAX_PIXEL)
+with torch.no_grad():
+    probs, labels = train.Exported(model)(raw)
+json.dump({"rows": raw.tolist(), "probabilities": probs.flatten().tolist(), "labels": labels.tolist()}, sys.stdout)
+`
+
+// TestServeTorchModel tunes the PyTorch example, registers its best trial's
+// ONNX export and serves it through ONNX Runtime: the probabilities equal
+// PyTorch's own for the same rows to 1e-5.
+func TestServeTorchModel(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cmd := exec.Command(virgaBin, "run", "examples/digits-torch/experiment-quick.yaml", "--data-dir", state)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("virga run: %v\n%s", err, out)
+	}
+	srv := startServer(t, state, freePort(t), "")
+	defer srv.stop()
+	var v virga.ModelVersion
+	cli(t, state, &v, "models", "register", "digits-torch", "--from-experiment", "1", "--best", "--json")
+	if v.Format != "onnx" {
+		t.Fatalf("registered %+v, want the ONNX export", v)
+	}
+
+	py := exec.Command("/usr/bin/python3", "-c", torchOutputsScript, filepath.Join(state, "checkpoints", v.CheckpointID), "64")
+	py.Dir = root
+	py.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
+	out, err := py.Output()
+	if err != nil {
+		t.Fatalf("PyTorch: %v", err)
+	}
+	var want struct {
+		Rows          [][]float32 `json:"rows"`
+		Probabilities []float64   `json:"probabilities"`
+		Labels        []int64     `json:"labels"`
+	}
+	if err := json.Unmarshal(out, &want); err != nil {
+		t.Fatal(err)
+	}
+
+	s := startServe(t, state, "--models", "digits-torch", "--pin", "digits-torch")
+	var data []float32
+	for _, r := range want.Rows {
+		data = append(data, r...)
+	}
+	body, _ := json.Marshal(map[string]any{
+		"inputs": []map[string]any{{"name": "pixels", "shape": []int{len(want.Rows), 64}, "datatype": "FP32", "data": data}},
+	})
+	resp, err := http.Post(s.rest+"/v2/models/digits-torch/infer", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("infer: %s: %s", resp.Status, b)
+	}
+	var got restInferResponse
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Outputs) != 2 || got.Outputs[0].Name != "probabilities" || got.Outputs[1].Name != "label" {
+		t.Fatalf("outputs: %s", b)
+	}
+	probs, labels := got.Outputs[0].Data, got.Outputs[1].Data
+	if len(probs) != len(want.Probabilities) || len(labels) != len(want.Labels) {
+		t.Fatalf("%d probabilities and %d labels, want %d and %d", len(probs), len(labels), len(want.Probabilities), len(want.Labels))
+	}
+	worst := 0.0
+	for i, p := range probs {
+		worst = max(worst, math.Abs(p-want.Probabilities[i]))
+	}
+	t.Logf("%d rows: served probabilities within %g of PyTorch's", len(want.Rows), worst)
+	if worst > 1e-5 {
+		t.Errorf("served probabilities differ from PyTorch's by up to %g (want at most 1e-5)", worst)
+	}
+	for i, l := range labels {
+		if int64(l) != want.Labels[i] {
+			t.Errorf("row %d: served label %v, PyTorch's %d", i, l, want.Labels[i])
+		}
+	}
+}
