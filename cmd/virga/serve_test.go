@@ -419,3 +419,26 @@ func TestServeTorchModel(t *testing.T) {
 		}
 	}
 }
+
+// TestServeUsageErrors: a bad flag value is a usage error (exit 2) that says
+// what would be right.
+func TestServeUsageErrors(t *testing.T) {
+	state := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--memory", "2XB"}, "want a positive number with an optional unit"},
+		{[]string{"--batching", "fastest"}, "unknown batching policy"},
+		{[]string{"--batching", "fixed:soon"}, "want fixed:DELAY"},
+		{[]string{"--objective", "0s"}, "want a positive duration"},
+		{[]string{"--models", "digits@"}, "--models"},
+		{[]string{"--repository", filepath.Join(state, "nope")}, "not a directory"},
+		{[]string{"--http", "", "--grpc", ""}, "nothing to listen on"},
+	} {
+		_, errOut, code := runCLI(t, state, append([]string{"serve", "--data-dir", state}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("serve %v: exit %d, %q; want exit 2 saying %q", c.args, code, errOut, c.want)
+		}
+	}
+}
