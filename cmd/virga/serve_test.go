@@ -129,7 +129,8 @@ type restInferResponse struct {
 }
 
 // restLabels asks the served model for the labels of rows over REST, in
-// batches, and returns them with the version that answered last.
+// batches, and returns them with the version that answered them ("mixed"
+// when a swap happened between batches).
 func restLabels(t *testing.T, base string, rows [][]float32) ([]int, string, error) {
 	var labels []int
 	var version string
@@ -163,7 +164,11 @@ func restLabels(t *testing.T, base string, rows [][]float32) ([]int, string, err
 		for _, v := range r.Outputs[0].Data {
 			labels = append(labels, int(v))
 		}
-		version = r.ModelVersion
+		if lo > 0 && r.ModelVersion != version {
+			version = "mixed"
+		} else if lo == 0 {
+			version = r.ModelVersion
+		}
 	}
 	return labels, version, nil
 }
