@@ -20,7 +20,7 @@ import (
 )
 
 // waitFor is how long a harness waits for something the loop should do at once.
-const waitFor = 5 * time.Second
+const waitFor = 30 * time.Second
 
 // fakeBackend is a recording backend: Start records the spec and hands it to
 // the test, which then emits Started and Exited events by hand.
