@@ -317,3 +317,34 @@ func sigString(s serve.Signature) string {
 	}
 	return str(s.Inputs) + " -> " + str(s.Outputs)
 }
+
+// BenchmarkRun: one call of a batch of 256 digits through each kind of
+// model (-benchtime 200x is enough for a steady figure).
+func BenchmarkRun(b *testing.B) {
+	x, y := loadDigits(b)
+	in := make([]float32, 256*64)
+	for i := range in {
+		in[i] = float32(x[i])
+	}
+	models := builtins(b, x, y)
+	for _, name := range []string{"linear-multiclass", "fm-binary", "kmeans", "pca"} {
+		sm := models[name]
+		dir := b.TempDir()
+		if err := elasticrt.WriteDir(dir, sm); err != nil {
+			b.Fatal(err)
+		}
+		s, _ := elasticrt.FromSaved(sm)
+		m, err := elasticrt.Loader{}.Load(dir, s.Manifest(elasticrt.File))
+		if err != nil {
+			b.Fatal(err)
+		}
+		inputs := []serve.Tensor{{Name: "features", Datatype: serve.FP32, Shape: []int64{256, 64}, Data: in}}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := m.Run(context.Background(), inputs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
