@@ -28,6 +28,8 @@ import (
 	"github.com/virga-ml/virga/elastic/algo/linear"
 	"github.com/virga-ml/virga/elastic/algo/pca"
 	"github.com/virga-ml/virga/elastic/input"
+	"github.com/virga-ml/virga/internal/registry"
+	elasticrt "github.com/virga-ml/virga/internal/serve/runtime/elastic"
 	"github.com/virga-ml/virga/sdk/go/trial"
 )
 
@@ -37,6 +39,9 @@ type builtin struct {
 	params        []string // the names --param takes (and "features", the input's width, for all)
 	labelled      bool     // it learns from labels
 	wide          bool     // its state's size is the input's width
+	// serves: its model predicts, and Virga serves it (a run with a
+	// checkpoint directory writes it there as model/ at the end).
+	serves bool
 	// make builds the algorithm from its parameters (flags --param k=v and
 	// the trial's hyperparameters) and the input's width (its number of
 	// feature columns), and returns how to save its final model.
@@ -54,9 +59,9 @@ var builtins = map[string]builtin{
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			return elastic.Moments{}, vectors("moments", ps), nil
 		}},
-	"linear-learner": {name: "linear-learner", labelled: true, wide: true, params: []string{"classes", "learning_rate", "l2", "validation_fraction"}, summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
+	"linear-learner": {name: "linear-learner", labelled: true, wide: true, serves: true, params: []string{"classes", "learning_rate", "l2", "validation_fraction"}, summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
 		make: makeLinear},
-	"kmeans": {name: "kmeans", params: []string{"k", "seed"}, summary: "streaming mini-batch k-means, the collected centres reduced to k by k-means++ (params: k, seed)",
+	"kmeans": {name: "kmeans", serves: true, params: []string{"k", "seed"}, summary: "streaming mini-batch k-means, the collected centres reduced to k by k-means++ (params: k, seed)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			k := int(ps["k"])
 			if k < 1 {
@@ -70,9 +75,9 @@ var builtins = map[string]builtin{
 				return km.Saved(ps), nil
 			}, nil
 		}},
-	"factorization-machines": {name: "factorization-machines", labelled: true, wide: true, params: []string{"classes", "factors", "learning_rate", "l2_w", "l2_v", "sgd", "seed"}, summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
+	"factorization-machines": {name: "factorization-machines", labelled: true, wide: true, serves: true, params: []string{"classes", "factors", "learning_rate", "l2_w", "l2_v", "sgd", "seed"}, summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
 		make: makeFM},
-	"pca": {name: "pca", params: []string{"k"}, summary: "principal components from the streaming covariance (params: k)",
+	"pca": {name: "pca", serves: true, params: []string{"k"}, summary: "principal components from the streaming covariance (params: k)",
 		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
 			k := int(ps["k"])
 			if k < 1 {
@@ -426,6 +431,9 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				if err := elastic.SaveModelFile(modelOut, saved); err != nil {
 					return err
 				}
+			}
+			if err := writeModelDir(b, job.CheckpointDir, saved); err != nil {
+				return err
 			}
 			if t.Managed() {
 				if _, err := t.Report(ctx, step+1, finalMetrics(m, saved, rows)); err != nil {
@@ -903,6 +911,9 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 					return err
 				}
 			}
+			if err := writeModelDir(b, c.ckptDir, saved); err != nil {
+				return err
+			}
 			rows := elastic.Rows(st.Snapshot())
 			if c.report != nil {
 				if err := c.report(ctx, step+1, finalMetrics(m, saved, rows)); err != nil {
@@ -931,6 +942,22 @@ func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elasti
 			}
 		}
 	}
+}
+
+// writeModelDir writes a finished run's model as a model directory,
+// CKPT/model/ (the model file and virga-model.json: what `virga models
+// register --from-trial` takes), when the run has a checkpoint directory
+// and the algorithm's model is one Virga serves; it is written before the
+// final report, which saves the directory.
+func writeModelDir(b builtin, ckptDir string, saved *elastic.SavedModel) error {
+	if ckptDir == "" || !b.serves {
+		return nil
+	}
+	dir := filepath.Join(ckptDir, registry.ModelDir)
+	if err := elasticrt.WriteDir(dir, saved); err != nil {
+		return fmt.Errorf("writing the model directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 // isDir tells whether path is an existing directory.

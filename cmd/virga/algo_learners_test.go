@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -15,10 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/elastic"
 	"github.com/virga-ml/virga/elastic/algo/kmeans"
 	"github.com/virga-ml/virga/elastic/algo/linear"
 	"github.com/virga-ml/virga/elastic/input"
+	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/serve"
+	"github.com/virga-ml/virga/internal/serve/engine"
+	"github.com/virga-ml/virga/internal/serve/runtime"
+	elasticrt "github.com/virga-ml/virga/internal/serve/runtime/elastic"
+	"github.com/virga-ml/virga/internal/serve/runtime/onnx"
 )
 
 // digitsSplit writes the training digits (rows i%5 != 4) to a CSV file, label
@@ -204,12 +212,17 @@ func loadModel(t *testing.T, path string) *elastic.SavedModel {
 // TestAlgoLinearLearnerTuned: an experiment whose trials are `virga algo
 // linear-learner` with the learning rate and L2 from the searcher completes
 // with the validation loss as its objective (the saved model's parameters
-// are the trial's final metrics).
+// are the trial's final metrics). Each trial's last checkpoint holds its
+// model as model/, so the best trial's registers (`virga models register
+// --from-experiment 1 --best`), and the registered files, served by the
+// engine's runtime for their format, label the held-out digits as the
+// linear learner's own Predict does.
 func TestAlgoLinearLearnerTuned(t *testing.T) {
 	dir := t.TempDir()
+	train, _, xte, yte := digitsSplit(t, dir)
 	exp := filepath.Join(dir, "tune.yaml")
 	y := `name: tune-linear
-entrypoint: [` + virgaBin + `, algo, linear-learner, --input, ` + digits + `, --label, last, --param, classes=10, --epochs, "3", --batch, "32"]
+entrypoint: [` + virgaBin + `, algo, linear-learner, --input, ` + train + `, --label, last, --param, classes=10, --epochs, "3", --batch, "32"]
 hyperparameters:
   learning_rate: {type: float, min: 0.01, max: 1.0, log: true}
   l2: {type: float, min: 1.0e-6, max: 1.0e-3, log: true}
@@ -222,7 +235,8 @@ seed: 3
 	if err := os.WriteFile(exp, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b, err := exec.Command(virgaBin, "run", "--data-dir", filepath.Join(dir, "state"), exp).CombinedOutput()
+	state := filepath.Join(dir, "state")
+	b, err := exec.Command(virgaBin, "run", "--data-dir", state, exp).CombinedOutput()
 	if err != nil {
 		t.Fatalf("virga run: %v\n%s", err, b)
 	}
@@ -233,6 +247,87 @@ seed: 3
 	if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || v <= 0 || v > 1 {
 		t.Errorf("best validation loss %s; want a log loss in (0, 1] after 3 passes", m[1])
 	}
+
+	var best api.BestView
+	cli(t, state, &best, "best", "1", "--json")
+	srv := startServer(t, state, freePort(t), "")
+	defer srv.stop()
+	var v virga.ModelVersion
+	cli(t, state, &v, "models", "register", "digits-linear", "--from-experiment", "1", "--best", "--json")
+	if v.TrialID != best.Trial.ID || v.Format != elasticrt.Format || v.Metrics["validation_loss"] == 0 {
+		t.Fatalf("registered %+v; want the best trial %d's model of format %s with its validation loss", v, best.Trial.ID, elasticrt.Format)
+	}
+	served := filepath.Join(dir, "served")
+	if out, errOut, code := runCLI(t, state, "models", "download", "digits-linear", served, "--data-dir", state); code != 0 {
+		t.Fatalf("download: exit %d\n%s%s", code, out, errOut)
+	}
+	sm, err := elastic.LoadModelFile(filepath.Join(served, elasticrt.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := linear.Predict(sm, xte)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := serveRows(t, served, xte)["label"].Data.([]int64)
+	right := 0
+	for i := range yte {
+		if labels[i] != int64(want[i]) {
+			t.Fatalf("test row %d: served label %d, the linear learner predicts %v", i, labels[i], want[i])
+		}
+		if float64(labels[i]) == yte[i] {
+			right++
+		}
+	}
+	if acc := float64(right) / float64(len(yte)); acc < 0.9 {
+		t.Errorf("served labels %.3f accurate on the held-out digits; want above 0.9 after 3 passes", acc)
+	}
+}
+
+// serveRows loads the model directory dir with the engine's runtime of its
+// manifest's format and runs the rows of x (64 features) through it in one
+// call; it returns the outputs by name.
+func serveRows(t *testing.T, dir string, x []float64) map[string]serve.Tensor {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, serve.ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := engine.DecodeManifest(data)
+	if err != nil {
+		t.Fatalf("%s: %v", serve.ManifestFile, err)
+	}
+	loader, ok := engine.DefaultRuntimes(onnx.Settings{})[man.Format]
+	if !ok {
+		t.Fatalf("no runtime serves format %q", man.Format)
+	}
+	model, err := loader.Load(dir, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	parts := map[string][]serve.Tensor{}
+	for lo, rows := 0, len(x)/64; lo < rows; lo += model.MaxBatch() {
+		hi := min(lo+model.MaxBatch(), rows)
+		in := make([]float32, 0, (hi-lo)*64)
+		for _, v := range x[lo*64 : hi*64] {
+			in = append(in, float32(v))
+		}
+		outs, err := model.Run(context.Background(), []serve.Tensor{{Name: elasticrt.Input, Datatype: serve.FP32, Shape: []int64{int64(hi - lo), 64}, Data: in}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range outs {
+			parts[o.Name] = append(parts[o.Name], o)
+		}
+	}
+	byName := map[string]serve.Tensor{}
+	for name, ts := range parts {
+		if byName[name], err = runtime.Concat(ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return byName
 }
 
 // TestAlgoWorkersComeAndGo: a coordinator hands 6 shards out (--shards 6,
@@ -361,6 +456,28 @@ resources: {cpu: 0.5, processes_per_node: 2}
 	}
 	if rows := best.Metrics.Values["rows"]; rows < 4*1797 || rows > 4*1797+2*16 {
 		t.Errorf("the trial reports %v rows; want 4 passes of 1797 (%d)", rows, 4*1797)
+	}
+	// Rank 0, the coordinator, wrote the model into the checkpoint as
+	// model/, which the runtime serves as the linear learner predicts.
+	var bv api.BestView
+	cli(t, data, &bv, "best", "1", "--json")
+	modelDir := filepath.Join(data, "checkpoints", bv.Trial.Checkpoint, "model")
+	sm, err := elastic.LoadModelFile(filepath.Join(modelDir, elasticrt.File))
+	if err != nil {
+		t.Fatalf("the trial's last checkpoint has no model/: %v", err)
+	}
+	x, _, _, err := input.ReadAll(digits, input.Options{Label: input.LastColumn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := linear.Predict(sm, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range serveRows(t, modelDir, x)["label"].Data.([]int64) {
+		if l != int64(want[i]) {
+			t.Fatalf("row %d: served label %d, the linear learner predicts %v", i, l, want[i])
+		}
 	}
 }
 

@@ -230,7 +230,11 @@ func startServer(t *testing.T, dataDir string, port int, db string, extra ...str
 		resp, err := http.Get(s.url + "/api/v1/health")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			// The server serves before it records its address in
+			// server.json, where the CLI looks for it: wait for both.
+			var info struct{ URL string }
+			b, _ := os.ReadFile(filepath.Join(dataDir, "server.json"))
+			if resp.StatusCode == 200 && json.Unmarshal(b, &info) == nil && info.URL == s.url {
 				return s
 			}
 		}

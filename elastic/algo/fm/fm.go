@@ -586,10 +586,24 @@ func (lm *Loaded) Scores(x []float64) []float64 {
 // Predict returns one prediction per row of X (row-major, D columns): the
 // value (Regressor) or 0 or 1 (Binary).
 func (lm *Loaded) Predict(X []float64) ([]float64, error) {
+	pred, _, err := lm.predict(X, false)
+	return pred, err
+}
+
+// PredictScores is Predict that also returns every row's Scores: the
+// prediction of a Regressor, the probability of 1 of a Binary classifier.
+func (lm *Loaded) PredictScores(X []float64) (pred, scores []float64, err error) {
+	return lm.predict(X, true)
+}
+
+func (lm *Loaded) predict(X []float64, keep bool) (out, all []float64, err error) {
 	if len(X)%lm.D != 0 {
-		return nil, fmt.Errorf("fm: %d numbers are not rows of %d features", len(X), lm.D)
+		return nil, nil, fmt.Errorf("fm: %d numbers are not rows of %d features", len(X), lm.D)
 	}
-	out := make([]float64, len(X)/lm.D)
+	out = make([]float64, len(X)/lm.D)
+	if keep {
+		all = make([]float64, len(out))
+	}
 	idx := make([]int, 0, lm.D)
 	sum := make([]float64, lm.K)
 	for i := range out {
@@ -599,13 +613,19 @@ func (lm *Loaded) Predict(X []float64) ([]float64, error) {
 		switch lm.Predictor {
 		case Regressor:
 			out[i] = z
+			if keep {
+				all[i] = z
+			}
 		default:
 			if z >= 0 { // sigmoid(z) >= 0.5
 				out[i] = 1
 			}
+			if keep {
+				all[i] = sigmoid(z)
+			}
 		}
 	}
-	return out, nil
+	return out, all, nil
 }
 
 // Predict loads sm and predicts the rows of X (see Loaded.Predict).

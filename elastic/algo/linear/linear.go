@@ -713,10 +713,25 @@ func (lm *Loaded) Scores(x []float64) []float64 {
 // Predict returns one prediction per row of X (row-major, D columns): the
 // value (Regressor), 0 or 1 (Binary) or the class index (Multiclass).
 func (lm *Loaded) Predict(X []float64) ([]float64, error) {
+	pred, _, err := lm.predict(X, false)
+	return pred, err
+}
+
+// PredictScores is Predict that also returns every row's Scores: scores
+// is [rows, K] row-major (the prediction of a Regressor, the probability of
+// 1 of a Binary classifier, the class probabilities of a Multiclass one).
+func (lm *Loaded) PredictScores(X []float64) (pred, scores []float64, err error) {
+	return lm.predict(X, true)
+}
+
+func (lm *Loaded) predict(X []float64, keep bool) (out, all []float64, err error) {
 	if len(X)%lm.D != 0 {
-		return nil, fmt.Errorf("linear: %d numbers are not rows of %d features", len(X), lm.D)
+		return nil, nil, fmt.Errorf("linear: %d numbers are not rows of %d features", len(X), lm.D)
 	}
-	out := make([]float64, len(X)/lm.D)
+	out = make([]float64, len(X)/lm.D)
+	if keep {
+		all = make([]float64, len(out)*lm.K)
+	}
 	xs := make([]float64, lm.D)
 	p := make([]float64, lm.K)
 	for i := range out {
@@ -725,6 +740,9 @@ func (lm *Loaded) Predict(X []float64) ([]float64, error) {
 			xs[j] = (x[j] - lm.mean[j]) * lm.scale[j]
 		}
 		scores(lm.Predictor, lm.w, xs, p)
+		if keep {
+			copy(all[i*lm.K:(i+1)*lm.K], p)
+		}
 		switch lm.Predictor {
 		case Regressor:
 			out[i] = p[0]
@@ -742,7 +760,7 @@ func (lm *Loaded) Predict(X []float64) ([]float64, error) {
 			out[i] = float64(best)
 		}
 	}
-	return out, nil
+	return out, all, nil
 }
 
 // Predict loads sm and predicts the rows of X (see Loaded.Predict).

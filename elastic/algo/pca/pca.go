@@ -261,8 +261,8 @@ func FromSaved(s *elastic.SavedModel) (*Model, error) {
 		return nil, fmt.Errorf("pca: the model was made by %q", s.Algorithm)
 	}
 	c, ok := s.Tensors["components"]
-	if !ok || len(c.Shape) != 2 {
-		return nil, errors.New("pca: the model has no components tensor of shape [k, d]")
+	if !ok || len(c.Shape) != 2 || c.Shape[0] <= 0 || c.Shape[1] <= 0 {
+		return nil, errors.New("pca: the model has no components tensor of shape [k, d] with k, d > 0")
 	}
 	k, d := c.Shape[0], c.Shape[1]
 	mean, ev := s.Tensors["mean"], s.Tensors["explained_variance"]

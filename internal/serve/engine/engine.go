@@ -22,6 +22,7 @@ import (
 	"github.com/virga-ml/virga/internal/serve"
 	"github.com/virga-ml/virga/internal/serve/batch"
 	"github.com/virga-ml/virga/internal/serve/runtime"
+	elasticrt "github.com/virga-ml/virga/internal/serve/runtime/elastic"
 	"github.com/virga-ml/virga/internal/serve/runtime/mlp"
 	"github.com/virga-ml/virga/internal/serve/runtime/onnx"
 )
@@ -68,8 +69,9 @@ type Options struct {
 // DefaultRuntimes are the runtimes of the formats Virga serves.
 func DefaultRuntimes(s onnx.Settings) map[string]runtime.Loader {
 	return map[string]runtime.Loader{
-		onnx.Format: &onnx.Loader{Settings: s},
-		mlp.Format:  mlp.Loader{},
+		onnx.Format:      &onnx.Loader{Settings: s},
+		mlp.Format:       mlp.Loader{},
+		elasticrt.Format: elasticrt.Loader{},
 	}
 }
 
