@@ -45,7 +45,10 @@ Verdict (PASS/FAIL with the numbers):
     most a third of the budget: its mean regret curve is <= that target at some
     k <= budget_epochs / 3.
 (c) "virga auto" (what `searcher: auto` runs) alone: its mean regret is at or below the best
-    Optuna mean regret at each budget of 25%, 50%, 75% and 100%. N/A without it.
+    Optuna mean regret at each budget of 25%, 50%, 75% and 100%. N/A without it. Each point
+    also shows the difference of the two means ± its standard error and Welch's t-test (t and
+    two-sided p; seeds are independent runs, not pairs: seed i of two methods shares nothing),
+    which say whether the seeds can tell the two apart; the verdict is on the means.
 
 `--plot` writes a PNG per table (a path, "{table}" is replaced by the table's name): mean
 regret (log scale) against consumed epochs and against simulated time, a light band of ± one
@@ -167,6 +170,28 @@ def mean_se(xs):
     if len(xs) == 1:
         return float(xs[0]), 0.0
     return float(xs.mean()), float(xs.std(ddof=1) / math.sqrt(len(xs)))
+
+
+def welch(a, b):
+    """Welch's unequal-variance t-test of mean(a) - mean(b) (NaNs dropped): (difference, its
+    standard error, t, two-sided p). p uses the Welch-Satterthwaite degrees of freedom (scipy),
+    or the normal approximation when scipy is missing; nan when either side has under 2 values."""
+    a = np.asarray([x for x in a if not math.isnan(x)], dtype=float)
+    b = np.asarray([x for x in b if not math.isnan(x)], dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        return math.nan, math.nan, math.nan, math.nan
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    d, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
+    if se == 0:
+        return d, 0.0, math.nan, math.nan
+    t = d / se
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    try:
+        from scipy import stats
+        p = float(2 * stats.t.sf(abs(t), df))
+    except ImportError:
+        p = math.erfc(abs(t) / math.sqrt(2))
+    return d, se, t, p
 
 
 # ---------------------------------------------------------------- results
@@ -302,7 +327,10 @@ class Analysis:
         return [max(1, int(f * self.budget)) for f in fractions]
 
     def at_budget(self, m, k):
-        return mean_se([regret_at_epochs(r.regrets, k) for r in self.by_method[m]])
+        return mean_se(self.values_at_budget(m, k))
+
+    def values_at_budget(self, m, k):
+        return [regret_at_epochs(r.regrets, k) for r in self.by_method[m]]
 
     def at_time(self, m, t):
         vals = [regret_at_time(r.regrets, r.times, t, self.table.range) for r in self.by_method[m]]
@@ -395,7 +423,9 @@ class Analysis:
                              f"{'<' if good else '>='} {bo} {fmt_ms(om, os_)}  {'ok' if good else 'NO'}")
             res.append(("a", "PASS" if ok else "FAIL", lines))
 
-        lines = ["(c) virga auto (what `searcher: auto` runs) <= best Optuna mean regret at 25/50/75/100% of the budget"]
+        lines = ["(c) virga auto (what `searcher: auto` runs) <= best Optuna mean regret at 25/50/75/100% of the budget",
+                 "    (the means decide; then auto's mean minus the best Optuna mean ± its s.e., Welch's t-test's t and",
+                 "    two-sided p: whether the seeds can tell the two apart)"]
         if "virga auto" not in self.methods or not optuna:
             lines.append("    " + ("no 'virga auto' method in the results" if "virga auto" not in self.methods
                                   else "no optuna methods in the results"))
@@ -407,8 +437,10 @@ class Analysis:
                 (vm, vs), (om, os_) = self.at_budget("virga auto", k), self.at_budget(bo, k)
                 good = vm <= om
                 ok = ok and good
+                d, dse, t, p = welch(self.values_at_budget("virga auto", k), self.values_at_budget(bo, k))
+                test = "" if math.isnan(t) else f"; {d:+.2g} ± {dse:.2g}, t {t:+.2f}, p {p:.2g}"
                 lines.append(f"    {int(f * 100):3d}% ({k:5d} epochs): virga auto {fmt_ms(vm, vs)} "
-                             f"{'<=' if good else '>'} {bo} {fmt_ms(om, os_)}  {'ok' if good else 'NO'}")
+                             f"{'<=' if good else '>'} {bo} {fmt_ms(om, os_)}  {'ok' if good else 'NO'}{test}")
             res.append(("c", "PASS" if ok else "FAIL", lines))
 
         B = self.budget

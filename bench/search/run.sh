@@ -9,8 +9,9 @@
 # Environment: SEEDS (20), WORKERS (4), SUGGEST (index: numeric dimensions as grid indices; float: as
 # float ranges snapped to the nearest grid value, a continuous space; use another OUT for it), BUDGET_X (budget = BUDGET_X x the table's epochs, 50, passed
 # to both replays so that they match), JOBS (parallel Optuna runs, 2), OUT (bench/search/results),
-# SKIP_VIRGA=1 / SKIP_OPTUNA=1 (reuse the results already in OUT), CHECK=1 (exit 1 when a
-# verdict is FAIL).
+# VIRGA_METHODS / OPTUNA_METHODS (comma lists of the methods to run, e.g. 'virga auto' and
+# 'optuna random+sha,optuna tpe'; default all), SKIP_VIRGA=1 / SKIP_OPTUNA=1 (reuse the results
+# already in OUT), CHECK=1 (exit 1 when a verdict is FAIL).
 #
 # Writes OUT/virga-<table>.jsonl and OUT/optuna-<table>.jsonl (not in git), then OUT/<table>.png
 # and OUT/results.md (the comparison tables and verdicts, in git). Run it from anywhere.
@@ -23,6 +24,8 @@ BUDGET_X=${BUDGET_X:-50}
 JOBS=${JOBS:-2}
 SUGGEST=${SUGGEST:-index}
 OUT=${OUT:-bench/search/results}
+VIRGA_METHODS=${VIRGA_METHODS:-}
+OPTUNA_METHODS=${OPTUNA_METHODS:-}
 PY=/usr/bin/python3 # Debian's python3-optuna imports only under this interpreter
 
 tables=()
@@ -58,14 +61,15 @@ for t in "${tables[@]}"; do
 		echo "== virga replay: $name ($SEEDS seeds, $WORKERS workers, budget $budget epochs)" >&2
 		start=$(date +%s)
 		"$virga" --table "$t" --seeds "$SEEDS" --workers "$WORKERS" --budget-epochs "$budget" --suggest "$SUGGEST" \
-			--out "$OUT/virga-$name.jsonl"
+			${VIRGA_METHODS:+--methods "$VIRGA_METHODS"} --out "$OUT/virga-$name.jsonl"
 		echo "== virga replay: $name took $(($(date +%s) - start)) s" >&2
 	fi
 	if [ "${SKIP_OPTUNA:-}" != 1 ]; then
 		echo "== optuna replay: $name ($SEEDS seeds, $WORKERS workers, budget $budget epochs, $JOBS jobs)" >&2
 		start=$(date +%s)
 		"$PY" bench/search/optuna_replay.py --table "$t" --seeds "$SEEDS" --workers "$WORKERS" \
-			--budget-epochs "$budget" --jobs "$JOBS" --suggest "$SUGGEST" --quiet --out "$OUT/optuna-$name.jsonl"
+			--budget-epochs "$budget" --jobs "$JOBS" --suggest "$SUGGEST" --quiet \
+			${OPTUNA_METHODS:+--methods "$OPTUNA_METHODS"} --out "$OUT/optuna-$name.jsonl"
 		echo "== optuna replay: $name took $(($(date +%s) - start)) s" >&2
 	fi
 	for f in "$OUT/virga-$name.jsonl" "$OUT/optuna-$name.jsonl"; do

@@ -120,6 +120,29 @@ class TestScore(unittest.TestCase):
             verdict = {name: (status, lines) for name, status, lines in a.verdict()}
             # (c) passes on a tie (<=), as long as no budget point is worse.
             self.assertEqual(verdict["c"][0], want, verdict["c"][1])
+        # With two seeds a side the lines carry the difference and Welch's test.
+        recs = [record("optuna random", s, fast) for s in (0, 1)] + [
+            record("virga auto", 0, HAND_TRACE), record("virga auto", 1, fast)]
+        a = compare.Analysis(table, [compare.Run(r, table) for r in recs], warn=lambda m: None)
+        lines = {name: lines for name, _, lines in a.verdict()}["c"]
+        # at 50% (k=4): auto 0.25 and 0, optuna 0 and 0: +0.125 ± 0.125, t +1.
+        self.assertIn("+0.12 ± 0.12, t +1.00", lines[4])
+
+    def test_welch(self):
+        # a: mean 2, var 1 (n 3); b: mean 0, var 2 (n 2): se = sqrt(1/3 + 2/2), t = 2/se,
+        # df = (1/3 + 1)^2 / ((1/3)^2/2 + 1^2/1) = (16/9) / (19/18) = 32/19.
+        d, se, t, p = compare.welch([1.0, 2.0, 3.0, math.nan], [-1.0, 1.0])
+        self.assertEqual(d, 2.0)
+        self.assertAlmostEqual(se, math.sqrt(4 / 3), places=12)
+        self.assertAlmostEqual(t, 2 / math.sqrt(4 / 3), places=12)
+        try:
+            from scipy import stats
+        except ImportError:
+            self.skipTest("no scipy")
+        self.assertAlmostEqual(p, 2 * stats.t.sf(t, 32 / 19), places=12)
+        self.assertGreater(p, 0.2)
+        self.assertTrue(all(math.isnan(x) for x in compare.welch([1.0], [1.0, 2.0])))
+        self.assertLess(compare.welch([0.0, 0.1] * 50, [1.0, 1.1] * 50)[3], 1e-6)
 
     def test_main_writes_markdown_and_plot(self):
         with tempfile.TemporaryDirectory() as d:
