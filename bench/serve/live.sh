@@ -37,7 +37,7 @@ capacity)
   ;;
 run)
   capacity=$1 seconds=$2
-  for policy in deadline fixed fixed:1ms fixed:5ms aimd none; do
+  for policy in ${POLICIES:-deadline fixed fixed:1ms fixed:5ms aimd none}; do
     start "$policy"
     for arrivals in poisson "trace:$azure"; do
       for load in 0.5 0.7 0.9 0.95; do
