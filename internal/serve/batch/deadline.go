@@ -29,8 +29,11 @@ import (
 //     The plan also holds the arrivals expected while it runs (Expect, at
 //     the recent rate, each due the objective after it arrives): a small
 //     batch run to save a few urgent requests delays every request that
-//     arrives meanwhile, and the plan counts those it would lose. (The
-//     Tradeoff below is then off: the expected arrivals price the time.)
+//     arrives meanwhile, and the plan counts those it would lose. With a
+//     full batch or more queued, it runs a full batch of the earliest
+//     deadlines that meets them all when the plan's first batch is
+//     smaller (giving up the more urgent ones before it): a backlog served
+//     in smaller batches keeps growing.
 //  3. When the plan is a single batch, lower priority levels' requests
 //     ride along if they fit without making it late.
 //
@@ -135,9 +138,6 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 	if tradeoff == 0 {
 		tradeoff = 0.5
 	}
-	if len(jobs) > known {
-		tradeoff = -1 // the expected arrivals price the instance's time
-	}
 	if queued := rowsIn(queue, cands); tradeoff > 0 && 2*queued >= maxRows {
 		// A backlog (half a full batch or more): time is worth requests,
 		// what the freed instance could serve in it at full batches.
@@ -155,6 +155,9 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 		return d
 	}
 	best.hi = min(best.hi, known-1) // run the known part of the first batch now
+	if lo, hi, ok := fullBatch(now, queue, top, table); ok && rowsIn(queue, top[best.lo:best.hi+1]) < rowsIn(queue, top[lo:hi+1]) {
+		best.lo, best.hi = lo, hi
+	}
 	rows := 0
 	earliest := queue[top[best.lo]].Deadline
 	for _, i := range top[best.lo : best.hi+1] {
@@ -251,6 +254,26 @@ func withDeadlines(now time.Time, queue []Item) []Item {
 		}
 	}
 	return queue
+}
+
+// fullBatch finds, when the queue holds a full batch or more, the full
+// batch of the earliest deadlines that meets them all (giving up the more
+// urgent ones before it): top[lo..hi]. A backlog served in smaller batches
+// to save urgent requests keeps growing; full batches keep up with it.
+func fullBatch(now time.Time, queue []Item, top []int, table []time.Duration) (lo, hi int, ok bool) {
+	maxRows := len(table) - 1
+	end := now.Add(table[maxRows])
+	for lo = 0; lo < len(top); lo++ {
+		if queue[top[lo]].Deadline.Before(end) {
+			continue
+		}
+		rows := 0
+		for hi = lo; hi < len(top) && rows+rowsOf(queue[top[hi]]) <= maxRows; hi++ {
+			rows += rowsOf(queue[top[hi]])
+		}
+		return lo, hi - 1, rows == maxRows
+	}
+	return 0, 0, false
 }
 
 // rowsIn returns the rows of the queue positions pos.
