@@ -35,14 +35,19 @@ import (
 // model is a latency profile and the objective its requests are held to.
 type model struct {
 	name      string
-	profile   batch.Linear
+	profile   batch.Profile
 	objective time.Duration
 }
 
-// capacity is the most requests per second one instance can answer: full
-// batches back to back.
+// capacity is the most requests per second one instance can answer: the
+// batch size with the most rows per second, back to back (a full batch for
+// every profile measured here).
 func (m model) capacity() float64 {
-	return float64(m.profile.MaxRows()) / m.profile.Latency(m.profile.MaxRows()).Seconds()
+	best := 0.0
+	for r := 1; r <= m.profile.MaxRows(); r++ {
+		best = max(best, float64(r)/m.profile.Latency(r).Seconds())
+	}
+	return best
 }
 
 type policy struct {
@@ -88,7 +93,9 @@ func main() {
 	data := flag.String("data", "../shared/data", "the shared traces directory")
 	n := flag.Int("n", 20000, "requests per run")
 	loadsFlag := flag.String("loads", "0.5,0.6,0.7,0.8,0.9,0.95", "loads as fractions of capacity")
-	objectiveX := flag.Float64("objective", 4, "the latency objective as a multiple of a full batch's latency")
+	objectiveFlag := flag.String("objective", "4", "the latency objective: a multiple of a full batch's latency (2), or a duration (20ms)")
+	repository := flag.String("repository", "", "measure the models of this repository (DIR/MODEL/VERSION/virga-model.json, ONNX Runtime) instead of the assumed profiles")
+	profileRuns := flag.Int("profile-runs", 15, "with -repository: profiles measured per model (engine.Measure); each point is their median")
 	seed := flag.Uint64("seed", 1, "the Poisson arrivals' seed")
 	only := flag.String("models", "", "comma-separated models to run (default all)")
 	out := flag.String("out", "", "write every run as JSON lines to this file")
@@ -113,20 +120,28 @@ func main() {
 		log.Fatal(err)
 	}
 
-	// Profiles from the models measured on this machine's CPU (SERVING.md,
-	// ONNX Runtime 1.30): a small MLP runs 1 to 64 rows in about 5 us, a
-	// random forest costs about 6 us per row; and an accelerator-like model
-	// whose batching pays: 1 ms + 0.1 ms per row.
-	x := func(l batch.Linear) time.Duration {
-		return time.Duration(*objectiveX * float64(l.Latency(l.MaxRows())))
+	objective, err := parseObjective(*objectiveFlag)
+	if err != nil {
+		log.Fatal(err)
 	}
-	models := []model{
-		{name: "mlp", profile: batch.Linear{Base: 5 * time.Microsecond, Max: 64}},
-		{name: "forest", profile: batch.Linear{PerRow: 6 * time.Microsecond, Max: 64}},
-		{name: "gpu", profile: batch.Linear{Base: time.Millisecond, PerRow: 100 * time.Microsecond, Max: 64}},
+	var models []model
+	if *repository != "" {
+		if models, err = measured(context.Background(), *repository, *only, *profileRuns); err != nil {
+			log.Fatal(err)
+		}
+	} else {
+		// Profiles from the models measured on this machine's CPU
+		// (SERVING.md, ONNX Runtime 1.30): a small MLP runs 1 to 64 rows in
+		// about 5 us, a random forest costs about 6 us per row; and an
+		// accelerator-like model whose batching pays: 1 ms + 0.1 ms per row.
+		models = []model{
+			{name: "mlp", profile: batch.Linear{Base: 5 * time.Microsecond, Max: 64}},
+			{name: "forest", profile: batch.Linear{PerRow: 6 * time.Microsecond, Max: 64}},
+			{name: "gpu", profile: batch.Linear{Base: time.Millisecond, PerRow: 100 * time.Microsecond, Max: 64}},
+		}
 	}
 	for i := range models {
-		models[i].objective = x(models[i].profile)
+		models[i].objective = objective(models[i].profile)
 	}
 
 	var enc *json.Encoder
@@ -149,7 +164,7 @@ func main() {
 				count = min(count, len(azure))
 			}
 			fmt.Printf("\n%s (%v, objective %v, capacity %.0f/s), %s arrivals, %d requests: %% answered within the objective\n",
-				m.name, m.profile, m.objective, m.capacity(), tr, count)
+				m.name, describe(m.profile), m.objective, m.capacity(), tr, count)
 			fmt.Printf("%5s", "load")
 			for _, p := range policies {
 				fmt.Printf(" %9s", p.name)

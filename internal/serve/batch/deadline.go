@@ -26,6 +26,14 @@ import (
 //     late). With a backlog it also weighs the time a plan keeps the
 //     instance busy (Tradeoff): giving up a request that would take small
 //     batches to save pays when others are waiting.
+//     The plan also holds the arrivals expected while it runs (Expect, at
+//     the recent rate, each due the objective after it arrives): a small
+//     batch run to save a few urgent requests delays every request that
+//     arrives meanwhile, and the plan counts those it would lose. With a
+//     full batch or more queued, it runs a full batch of the earliest
+//     deadlines that meets them all when the plan's first batch is
+//     smaller (giving up the more urgent ones before it): a backlog served
+//     in smaller batches keeps growing.
 //  3. When the plan is a single batch, lower priority levels' requests
 //     ride along if they fit without making it late.
 //
@@ -55,7 +63,21 @@ type Deadline struct {
 	// instance sooner by more than a full batch's time per row divided by
 	// Tradeoff. 0 means the default, 0.5; below 0, drop as few as possible.
 	Tradeoff float64
+	// Expect is how many of the next arrivals the plan expects, at the
+	// recent arrival rate, each with the objective of the newest request
+	// (0 means the default, two full batches; below 0, none). A batch run now
+	// delays the requests arriving while it runs: counting them as
+	// requests the plan may lose keeps it from running a small batch to
+	// save a few urgent requests when a full batch's worth is coming.
+	Expect int
+
+	arrivals [arrivalWindow]time.Time // the latest arrivals seen, a ring
+	seen     int                      // arrivals recorded in the ring
+	lastSeen time.Time                // the newest arrival recorded
 }
+
+// arrivalWindow is the arrivals the rate is estimated over.
+const arrivalWindow = 32
 
 // planWidth bounds the plan's frontiers: the points with the fewest drops
 // carry the best plans; the rest cost time for plans that give up more.
@@ -103,10 +125,12 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 	}
 	top := cands[:min(level, horizon)]
 
-	jobs := make([]job, len(top))
+	jobs := make([]job, len(top), len(top)+maxRows)
 	for k, i := range top {
 		jobs[k] = job{deadline: int64(queue[i].Deadline.Sub(now)), rows: rowsOf(queue[i])}
 	}
+	known := len(jobs)
+	jobs = dl.expected(now, queue, jobs, maxRows)
 	table := latencyTable(p)
 	front := plan(jobs, 0, func(rows int) int64 { return int64(table[rows]) }, maxRows, planWidth)
 	best := front[0]
@@ -124,6 +148,15 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 				best = e
 			}
 		}
+	}
+	if best.lo < 0 || best.lo >= known {
+		// The plan serves none of the known requests in its first batch:
+		// they are all given up, to be refused when they expire.
+		return d
+	}
+	best.hi = min(best.hi, known-1) // run the known part of the first batch now
+	if lo, hi, ok := fullBatch(now, queue, top, table); ok && rowsIn(queue, top[best.lo:best.hi+1]) < rowsIn(queue, top[lo:hi+1]) {
+		best.lo, best.hi = lo, hi
 	}
 	rows := 0
 	earliest := queue[top[best.lo]].Deadline
@@ -158,6 +191,47 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 	return d
 }
 
+// expected records the queue's new arrivals and returns jobs followed by
+// the arrivals the plan expects (Expect): one every mean gap between the
+// recent arrivals (or the time since the newest, if longer), each due the
+// newest request's objective after it arrives. None without a rate yet.
+func (dl *Deadline) expected(now time.Time, queue []Item, jobs []job, maxRows int) []job {
+	var newest Item
+	for _, it := range queue {
+		if it.Arrived.After(dl.lastSeen) {
+			dl.arrivals[dl.seen%arrivalWindow] = it.Arrived
+			dl.seen++
+			dl.lastSeen = it.Arrived
+			newest = it
+		} else if it.Arrived.Equal(dl.lastSeen) && newest.Arrived.IsZero() {
+			newest = it
+		}
+	}
+	n := dl.Expect
+	if n == 0 {
+		n = 2 * maxRows
+	}
+	count := min(dl.seen, arrivalWindow)
+	if n < 0 || count < 2 || newest.Arrived.IsZero() {
+		return jobs
+	}
+	objective := newest.Deadline.Sub(newest.Arrived)
+	if objective <= 0 || objective >= noDeadline/2 {
+		return jobs
+	}
+	oldest := dl.arrivals[(dl.seen-count)%arrivalWindow]
+	gap := dl.lastSeen.Sub(oldest) / time.Duration(count-1)
+	gap = max(gap, now.Sub(dl.lastSeen), time.Nanosecond)
+	for k := 1; k <= n; k++ {
+		release := dl.lastSeen.Add(time.Duration(k) * gap).Sub(now)
+		if release < 0 {
+			continue
+		}
+		jobs = append(jobs, job{release: int64(release), deadline: int64(release + objective), rows: 1})
+	}
+	return jobs
+}
+
 // Observe does nothing: the profile is the model's measured latency.
 func (dl *Deadline) Observe(int, time.Duration, int) {}
 
@@ -180,6 +254,26 @@ func withDeadlines(now time.Time, queue []Item) []Item {
 		}
 	}
 	return queue
+}
+
+// fullBatch finds, when the queue holds a full batch or more, the full
+// batch of the earliest deadlines that meets them all (giving up the more
+// urgent ones before it): top[lo..hi]. A backlog served in smaller batches
+// to save urgent requests keeps growing; full batches keep up with it.
+func fullBatch(now time.Time, queue []Item, top []int, table []time.Duration) (lo, hi int, ok bool) {
+	maxRows := len(table) - 1
+	end := now.Add(table[maxRows])
+	for lo = 0; lo < len(top); lo++ {
+		if queue[top[lo]].Deadline.Before(end) {
+			continue
+		}
+		rows := 0
+		for hi = lo; hi < len(top) && rows+rowsOf(queue[top[hi]]) <= maxRows; hi++ {
+			rows += rowsOf(queue[top[hi]])
+		}
+		return lo, hi - 1, rows == maxRows
+	}
+	return 0, 0, false
 }
 
 // rowsIn returns the rows of the queue positions pos.

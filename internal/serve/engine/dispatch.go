@@ -131,7 +131,7 @@ func (d *dispatcher) loop() {
 			}
 		case b := <-d.done:
 			d.running--
-			d.profile.observe(b.rows, b.took)
+			d.profile.observe(d.e.clock.Now(), b.rows, b.took)
 			d.policy.Observe(b.rows, b.took, b.late)
 			d.e.metrics.compute.WithLabelValues(name).Observe(b.took.Seconds())
 			d.e.metrics.batchRows.WithLabelValues(name).Observe(float64(b.rows))
@@ -172,6 +172,7 @@ func (d *dispatcher) decide() {
 			items[i] = c.item
 		}
 		idle := d.e.opts.Instances - d.running
+		d.profile.refresh(now)
 		dec := d.policy.Decide(now, items, idle, d.profile)
 
 		gone := make([]bool, len(d.queue))

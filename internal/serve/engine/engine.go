@@ -425,7 +425,7 @@ func (e *Engine) load(ent *entry) {
 	}
 
 	// 4. Warm-up, profile, dispatcher.
-	prof, err := measure(e.ctx, model, e.clock.Now)
+	prof, err := Measure(e.ctx, model, e.clock.Now)
 	if err != nil {
 		fail(err)
 		return

@@ -53,10 +53,11 @@ func (p *Profile) Latency(rows int) time.Duration {
 // the median is kept.
 const profileRuns = 5
 
-// measure warms the model up and profiles it: batches of 1, 2, 4, ... rows
-// of zeros up to its largest (a variable dimension past the first is 1).
+// Measure warms the model up and profiles it, as the engine does at load:
+// batches of 1, 2, 4, ... rows of zeros up to its largest (a variable
+// dimension past the first is 1), the median of a few timed calls each.
 // A model whose calls take long gets fewer timed calls.
-func measure(ctx context.Context, m runtime.Model, now func() time.Time) (*Profile, error) {
+func Measure(ctx context.Context, m runtime.Model, now func() time.Time) (*Profile, error) {
 	maxRows := max(m.MaxBatch(), 1)
 	sizes := []int{}
 	for r := 1; r < maxRows; r *= 2 {
