@@ -63,6 +63,16 @@ var policies = []policy{
 	{"none", func(model) batch.Policy { return batch.None{} }},
 }
 
+// commands are the modes other than the policies' benchmark, by their
+// first argument.
+var commands = map[string]func(args []string) error{
+	"live": func(args []string) error {
+		return loadgen.Command(context.Background(), args, os.Stdout, os.Stderr)
+	},
+	"manymodels": func(args []string) error { return manyModels(args, os.Stdout) },
+	"overhead":   func(args []string) error { return overhead(args, os.Stdout) },
+}
+
 type result struct {
 	Model    string  `json:"model"`
 	Trace    string  `json:"trace"`
@@ -79,11 +89,13 @@ type result struct {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "live" {
-		if err := loadgen.Command(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
-			log.Fatal(err)
+	if len(os.Args) > 1 {
+		if cmd, ok := commands[os.Args[1]]; ok {
+			if err := cmd(os.Args[2:]); err != nil {
+				log.Fatal(err)
+			}
+			return
 		}
-		return
 	}
 	data := flag.String("data", "../shared/data", "the shared traces directory")
 	n := flag.Int("n", 20000, "requests per run")
