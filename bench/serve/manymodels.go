@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,11 +25,6 @@ import (
 	"github.com/virga-ml/virga/internal/serve/loadgen"
 	"github.com/virga-ml/virga/internal/serve/runtime/mlp"
 )
-
-// mmHidden are the hidden layer sizes of the many-models benchmark's
-// models, given in turn in popularity order: four sizes, each twice the
-// memory of the one before.
-var mmHidden = []int{256, 512, 1024, 2048}
 
 // mmModel is one model of the many-models benchmark.
 type mmModel struct {
@@ -93,8 +89,17 @@ func manyModels(args []string, stdout io.Writer) error {
 	policies := fs.String("policies", "engine,static", "policies to run: engine (loads on demand, LRU eviction) and static (the baseline)")
 	dir := fs.String("dir", "", "where to write the model repository (default: a new temporary directory, removed after)")
 	out := fs.String("out", "", "write each run as a JSON line to this file")
+	hiddenFlag := fs.String("hidden", "256,512,1024,2048", "the models' hidden layer sizes, given in turn in popularity order")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var hidden []int
+	for _, s := range strings.Split(*hiddenFlag, ",") {
+		h, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || h < 1 || h > 1<<16 {
+			return fmt.Errorf("-hidden: %q is not a layer size from 1 to 65536", s)
+		}
+		hidden = append(hidden, h)
 	}
 	if *arrivals != "trace" && *arrivals != "poisson" {
 		return fmt.Errorf("-arrivals %q: want trace or poisson", *arrivals)
@@ -160,7 +165,7 @@ func manyModels(args []string, stdout io.Writer) error {
 	models := make([]mmModel, len(pops))
 	var total int64
 	for i, p := range pops {
-		m := mmModel{name: p.Model, requests: p.Requests, share: p.Share, hidden: mmHidden[i%len(mmHidden)]}
+		m := mmModel{name: p.Model, requests: p.Requests, share: p.Share, hidden: hidden[i%len(hidden)]}
 		if m.memory, err = writeMLPModel(root, m.name, m.hidden, *seed+uint64(i)); err != nil {
 			return err
 		}
@@ -186,19 +191,22 @@ func manyModels(args []string, stdout io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "%d models (the trace's %d most requested, %.1f%% of its requests), hidden sizes %v in turn by popularity, %s in all; budget %s (%.3g of it)\n",
-		len(models), len(models), 100*sumShare(pops), mmHidden, mib(total), mib(budget), *fraction)
+		len(models), len(models), 100*sumShare(pops), hidden, mib(total), mib(budget), *fraction)
 	fmt.Fprintf(stdout, "static set: %d models holding %s, %.1f%% of the run's requests: %s\n",
 		len(static), mib(staticBytes), 100*inRun/float64(len(reqs)), strings.Join(static, " "))
+	hits, misses := lruHits(reqs, models, budget)
+	fmt.Fprintf(stdout, "an LRU cache of the same budget with instant loads would hit %.1f%% of the run's requests (%d loads); the trace switches model %d times\n",
+		pct(hits, len(reqs)), misses, switches(reqs))
 	fmt.Fprintf(stdout, "%d requests, %s arrivals over %v (%.0f/s mean), objective %v, one row each, goroutine per request (open loop)\n\n",
 		len(reqs), *arrivals, *span, float64(len(reqs))/span.Seconds(), *objective)
 
-	loadTimes, err := probeLoads(root, models)
+	loadTimes, err := probeLoads(root, models[:min(len(models), len(hidden))])
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "one cold load alone (read, decode, warm up, profile) by size:")
-	for i, h := range mmHidden {
-		fmt.Fprintf(stdout, " hidden %d %s %.0fms;", h, mib(models[i].memory), ms(loadTimes[i]))
+	for i, t := range loadTimes {
+		fmt.Fprintf(stdout, " hidden %d %s %.0fms;", models[i].hidden, mib(models[i].memory), ms(t))
 	}
 	fmt.Fprintln(stdout)
 
@@ -232,8 +240,8 @@ func manyModels(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// probeLoads times one load of a model of each size (the first models, one
-// of each size in turn), alone in an engine, before the runs.
+// probeLoads times one load of each of models (the first, one of each
+// size), alone in an engine, before the runs.
 func probeLoads(root string, models []mmModel) ([]time.Duration, error) {
 	e, err := engine.New(engine.Options{Source: engine.DirSource{Root: root}, Registry: prometheus.NewRegistry()})
 	if err != nil {
@@ -241,7 +249,7 @@ func probeLoads(root string, models []mmModel) ([]time.Duration, error) {
 	}
 	defer e.Close()
 	var out []time.Duration
-	for i := range mmHidden {
+	for i := range models {
 		start := time.Now()
 		if err := e.Load(context.Background(), models[i].name); err != nil {
 			return nil, err
@@ -249,6 +257,44 @@ func probeLoads(root string, models []mmModel) ([]time.Duration, error) {
 		out = append(out, time.Since(start))
 	}
 	return out, nil
+}
+
+// lruHits replays the requests through an LRU cache of the models under
+// the budget whose loads take no time: the requests it finds loaded, and
+// the loads it makes.
+func lruHits(reqs []mmRequest, models []mmModel, budget int64) (hits, loads int) {
+	size := map[string]int64{}
+	for _, m := range models {
+		size[m.name] = m.memory
+	}
+	var cache []string // least recently used first
+	var used int64
+	for _, r := range reqs {
+		if i := slices.Index(cache, r.model); i >= 0 {
+			hits++
+			cache = append(slices.Delete(cache, i, i+1), r.model)
+			continue
+		}
+		loads++
+		for used+size[r.model] > budget && len(cache) > 0 {
+			used -= size[cache[0]]
+			cache = cache[1:]
+		}
+		cache = append(cache, r.model)
+		used += size[r.model]
+	}
+	return hits, loads
+}
+
+// switches counts the requests for another model than the one before.
+func switches(reqs []mmRequest) int {
+	n := 0
+	for i := 1; i < len(reqs); i++ {
+		if reqs[i].model != reqs[i-1].model {
+			n++
+		}
+	}
+	return n
 }
 
 func sumShare(ps []loadgen.Popularity) float64 {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"slices"
 	"time"
 
 	"github.com/virga-ml/virga/internal/serve/batch"
@@ -11,21 +10,33 @@ import (
 // taken over.
 const adaptiveWindow = 64
 
+// adaptiveAge is how long a batch counts in the latency correction. A
+// stalled batch (the process descheduled, a garbage collection) that took
+// longer than the objective makes the policy refuse every request while it
+// counts; with every request refused no batch runs to push it out of the
+// window, so it must age out by time.
+const adaptiveAge = time.Second
+
 // adaptive is the profile a model's policy decides with: the latency
 // measured at load, scaled by how much slower the model's recent batches
 // ran than that profile said (the machine is busier than when it was
-// profiled: other models, other processes, a colder cache). The scale is a
-// the largest of the recent ratios of measured to profiled
-// time (the largest of the window: a late answer breaks the objective's
-// promise, an early one costs a little goodput), never below 1, so a policy
-// that fills batches up to a deadline leaves room for the spread it has
-// seen. Owned by
-// the dispatcher's goroutine.
+// profiled: other models, other processes, a colder cache). The scale is
+// the largest of the ratios of measured to profiled time of the last
+// adaptiveWindow batches that ended within adaptiveAge (the largest: a
+// late answer breaks the objective's promise, an early one costs a little
+// goodput), never below 1, so a policy that fills batches up to a deadline
+// leaves room for the spread it has seen. Owned by the dispatcher's
+// goroutine.
 type adaptive struct {
 	base   *Profile
-	ratios []float64 // ring of the last adaptiveWindow ratios
+	ratios []ratio // ring of the last adaptiveWindow ratios
 	next   int
 	scale  float64
+}
+
+type ratio struct {
+	at time.Time // when the batch ended
+	r  float64
 }
 
 var _ batch.Profile = (*adaptive)(nil)
@@ -42,18 +53,28 @@ func (a *adaptive) Latency(rows int) time.Duration {
 	return time.Duration(float64(a.base.Latency(rows)) * a.scale)
 }
 
-// observe records a batch of rows that took took.
-func (a *adaptive) observe(rows int, took time.Duration) {
+// observe records a batch of rows that took took and ended at now.
+func (a *adaptive) observe(now time.Time, rows int, took time.Duration) {
 	want := a.base.Latency(rows)
 	if rows < 1 || want <= 0 || took <= 0 {
 		return
 	}
-	r := float64(took) / float64(want)
+	r := ratio{at: now, r: float64(took) / float64(want)}
 	if len(a.ratios) < adaptiveWindow {
 		a.ratios = append(a.ratios, r)
 	} else {
 		a.ratios[a.next] = r
 		a.next = (a.next + 1) % adaptiveWindow
 	}
-	a.scale = max(slices.Max(a.ratios), 1)
+	a.expire(now)
+}
+
+// expire sets the scale from the ratios that still count at now.
+func (a *adaptive) expire(now time.Time) {
+	a.scale = 1
+	for _, r := range a.ratios {
+		if now.Sub(r.at) <= adaptiveAge {
+			a.scale = max(a.scale, r.r)
+		}
+	}
 }

@@ -131,7 +131,7 @@ func (d *dispatcher) loop() {
 			}
 		case b := <-d.done:
 			d.running--
-			d.profile.observe(b.rows, b.took)
+			d.profile.observe(d.e.clock.Now(), b.rows, b.took)
 			d.policy.Observe(b.rows, b.took, b.late)
 			d.e.metrics.compute.WithLabelValues(name).Observe(b.took.Seconds())
 			d.e.metrics.batchRows.WithLabelValues(name).Observe(float64(b.rows))
@@ -167,6 +167,7 @@ func (d *dispatcher) decide() {
 			return false
 		})
 		now := d.e.clock.Now()
+		d.profile.expire(now)
 		items := make([]batch.Item, len(d.queue))
 		for i, c := range d.queue {
 			items[i] = c.item
