@@ -77,22 +77,33 @@ func overhead(args []string, stdout io.Writer) error {
 	defer os.RemoveAll(root)
 	dir := filepath.Join(root, "digits", "1")
 	if *modelDir == "" {
-		ckpt := filepath.Join(root, "train")
+		work, err := os.MkdirTemp("", "virga-overhead-train-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+		ckpt := filepath.Join(work, "train")
 		cmd := exec.Command("/usr/bin/python3", "examples/digits-torch/train.py", "--epochs", "5", "--hidden", "64", "--checkpoint-dir", ckpt)
 		if outp, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("training and exporting the digits model (run from the repository root): %v\n%s", err, outp)
 		}
 		*modelDir = filepath.Join(ckpt, "model")
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	abs, err := filepath.Abs(*modelDir)
 	if err != nil {
 		return err
 	}
-	if err := os.Symlink(abs, dir); err != nil {
-		return err
+	for _, file := range []string{serve.ManifestFile, "model.onnx"} {
+		data, err := os.ReadFile(filepath.Join(abs, file))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
+			return err
+		}
 	}
 	man, err := engine.ReadManifest(dir)
 	if err != nil {
