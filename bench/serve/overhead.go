@@ -220,10 +220,18 @@ func overhead(args []string, stdout io.Writer) error {
 			return nil
 		}
 	}
+	// The engine alone, in process: no protocol, no connection.
+	engineCall := func(b int) func() error {
+		x := pixelRows(rng, b)
+		return func() error {
+			_, err := e.Infer(context.Background(), &serve.Request{Model: "digits", Inputs: []serve.Tensor{x}})
+			return err
+		}
+	}
 	paths := []struct {
 		name string
 		call func(b int) func() error
-	}{{"REST", restCall}, {"gRPC", grpcCall}}
+	}{{"engine", engineCall}, {"REST", restCall}, {"gRPC", grpcCall}}
 
 	for _, p := range paths {
 		for _, b := range []int{1, 64} {
