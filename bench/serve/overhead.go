@@ -61,8 +61,18 @@ func overhead(args []string, stdout io.Writer) error {
 	rows := fs.Int("rows", 64, "rows per request at saturation")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the saturation runs through the engine to this file")
 	out := fs.String("out", "", "write the measurements as JSON lines to this file")
+	batching := fs.String("batching", "deadline", "the engine's batching policy: deadline (virga serve's default) or greedy (the engine's own default: run what is queued)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var policy func(string, string) batch.Policy
+	switch *batching {
+	case "deadline":
+		policy = func(string, string) batch.Policy { return &batch.Deadline{} }
+	case "greedy":
+		policy = func(string, string) batch.Policy { return engine.Greedy{} }
+	default:
+		return fmt.Errorf("-batching %q: want deadline or greedy", *batching)
 	}
 	lib, err := onnx.Library()
 	if err != nil {
@@ -109,7 +119,7 @@ func overhead(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "ONNX digits model %s (max_batch %d), ONNX Runtime %s, one intra-op thread\n\n", abs, man.MaxBatch, lib)
+	fmt.Fprintf(stdout, "ONNX digits model %s (max_batch %d), ONNX Runtime %s, one intra-op thread; engine batching %s, one instance\n\n", abs, man.MaxBatch, lib, *batching)
 
 	// 2. ONNX Runtime alone: the model's Run called directly.
 	loader := &onnx.Loader{Settings: onnx.Settings{Library: lib}}
@@ -152,7 +162,7 @@ func overhead(args []string, stdout io.Writer) error {
 		Source:    engine.DirSource{Root: root},
 		Runtimes:  engine.DefaultRuntimes(onnx.Settings{Library: lib}),
 		Objective: 10 * time.Second,
-		Policy:    func(string, string) batch.Policy { return &batch.Deadline{} },
+		Policy:    policy,
 		Registry:  prometheus.NewRegistry(),
 	})
 	if err != nil {
