@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"time"
 
 	"github.com/virga-ml/virga/internal/serve/batch"
@@ -10,11 +11,12 @@ import (
 // taken over.
 const adaptiveWindow = 64
 
-// adaptiveAge is how long a batch counts in the latency correction. A
-// stalled batch (the process descheduled, a garbage collection) that took
-// longer than the objective makes the policy refuse every request while it
-// counts; with every request refused no batch runs to push it out of the
-// window, so it must age out by time.
+// adaptiveAge is how long the latency correction outlives the model's last
+// batch. A stalled batch (the process descheduled, a garbage collection)
+// that took longer than the objective makes the policy refuse every request
+// while it counts; with every request refused no batch runs to push it out
+// of the window, so after adaptiveAge without a batch the correction is
+// dropped.
 const adaptiveAge = time.Second
 
 // adaptive is the profile a model's policy decides with: the latency
@@ -22,21 +24,17 @@ const adaptiveAge = time.Second
 // ran than that profile said (the machine is busier than when it was
 // profiled: other models, other processes, a colder cache). The scale is
 // the largest of the ratios of measured to profiled time of the last
-// adaptiveWindow batches that ended within adaptiveAge (the largest: a
-// late answer breaks the objective's promise, an early one costs a little
-// goodput), never below 1, so a policy that fills batches up to a deadline
+// adaptiveWindow batches (the largest: a late answer breaks the objective's
+// promise, an early one costs a little goodput), none once no batch has
+// ended for adaptiveAge, never below 1, so a policy that fills batches up to a deadline
 // leaves room for the spread it has seen. Owned by the dispatcher's
 // goroutine.
 type adaptive struct {
 	base   *Profile
-	ratios []ratio // ring of the last adaptiveWindow ratios
+	ratios []float64 // ring of the last adaptiveWindow ratios
 	next   int
+	last   time.Time // when the last batch ended
 	scale  float64
-}
-
-type ratio struct {
-	at time.Time // when the batch ended
-	r  float64
 }
 
 var _ batch.Profile = (*adaptive)(nil)
@@ -59,22 +57,20 @@ func (a *adaptive) observe(now time.Time, rows int, took time.Duration) {
 	if rows < 1 || want <= 0 || took <= 0 {
 		return
 	}
-	r := ratio{at: now, r: float64(took) / float64(want)}
+	r := float64(took) / float64(want)
 	if len(a.ratios) < adaptiveWindow {
 		a.ratios = append(a.ratios, r)
 	} else {
 		a.ratios[a.next] = r
 		a.next = (a.next + 1) % adaptiveWindow
 	}
-	a.expire(now)
+	a.last = now
+	a.scale = max(slices.Max(a.ratios), 1)
 }
 
-// expire sets the scale from the ratios that still count at now.
+// expire drops the correction once no batch has ended for adaptiveAge.
 func (a *adaptive) expire(now time.Time) {
-	a.scale = 1
-	for _, r := range a.ratios {
-		if now.Sub(r.at) <= adaptiveAge {
-			a.scale = max(a.scale, r.r)
-		}
+	if len(a.ratios) > 0 && now.Sub(a.last) > adaptiveAge {
+		a.ratios, a.next, a.scale = a.ratios[:0], 0, 1
 	}
 }
