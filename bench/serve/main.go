@@ -13,6 +13,12 @@
 // server's Open Inference Protocol endpoint instead (loadgen.Command):
 //
 //	go run ./bench/serve live -url http://localhost:8080 -model digits -body req.json -rate 500 -objective 20ms
+//
+// With "manymodels" it serves the Alibaba GenAI trace's most requested
+// models under a memory budget through the real engine, its own policy
+// against a static set pinned by popularity (manymodels.go); with
+// "overhead", the ONNX digits model through REST, gRPC and the engine
+// against ONNX Runtime called directly (overhead.go). See the README.
 package main
 
 import (
