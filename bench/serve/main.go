@@ -13,6 +13,12 @@
 // server's Open Inference Protocol endpoint instead (loadgen.Command):
 //
 //	go run ./bench/serve live -url http://localhost:8080 -model digits -body req.json -rate 500 -objective 20ms
+//
+// With "manymodels" it serves the Alibaba GenAI trace's most requested
+// models under a memory budget through the real engine, its own policy
+// against a static set pinned by popularity (manymodels.go); with
+// "overhead", the ONNX digits model through REST, gRPC and the engine
+// against ONNX Runtime called directly (overhead.go). See the README.
 package main
 
 import (
@@ -68,6 +74,16 @@ var policies = []policy{
 	{"none", func(model) batch.Policy { return batch.None{} }},
 }
 
+// commands are the modes other than the policies' benchmark, by their
+// first argument.
+var commands = map[string]func(args []string) error{
+	"live": func(args []string) error {
+		return loadgen.Command(context.Background(), args, os.Stdout, os.Stderr)
+	},
+	"manymodels": func(args []string) error { return manyModels(args, os.Stdout) },
+	"overhead":   func(args []string) error { return overhead(args, os.Stdout) },
+}
+
 type result struct {
 	Model    string  `json:"model"`
 	Trace    string  `json:"trace"`
@@ -84,11 +100,13 @@ type result struct {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "live" {
-		if err := loadgen.Command(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
-			log.Fatal(err)
+	if len(os.Args) > 1 {
+		if cmd, ok := commands[os.Args[1]]; ok {
+			if err := cmd(os.Args[2:]); err != nil {
+				log.Fatal(err)
+			}
+			return
 		}
-		return
 	}
 	data := flag.String("data", "../shared/data", "the shared traces directory")
 	n := flag.Int("n", 20000, "requests per run")

@@ -1,35 +1,81 @@
 package engine
 
 import (
+	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/virga-ml/virga/internal/serve"
 	"github.com/virga-ml/virga/internal/serve/batch"
+	"github.com/virga-ml/virga/internal/serve/runtime"
+	"github.com/virga-ml/virga/internal/serve/runtime/mlp"
 )
 
-// TestAdaptiveForgetsAStall: one batch stalled 600x its profiled time (the
-// process descheduled on a busy machine) makes a request look unable to
-// meet a 20 ms objective, so deadline refuses it; once the stall is older
-// than adaptiveAge, requests are served again although no batch ran since
-// (none could: every request was refused).
-func TestAdaptiveForgetsAStall(t *testing.T) {
-	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	a := newAdaptive(&Profile{Max: 64, Points: []Point{{1, 50 * time.Microsecond}, {64, 1500 * time.Microsecond}}})
-	a.observe(at, 1, 30*time.Millisecond)
-	queue := func(now time.Time) []batch.Item {
-		return []batch.Item{{Arrived: now, Deadline: now.Add(20 * time.Millisecond), Rows: 1}}
+// clockedLoader loads virga.mlp/v1 models whose every call takes step of a
+// fake clock's time, and the next call after stall is set takes that long
+// instead.
+type clockedLoader struct {
+	clock *fakeClock
+	step  time.Duration
+	stall atomic.Int64
+}
+
+func (l *clockedLoader) Load(dir string, m serve.Manifest) (runtime.Model, error) {
+	model, err := mlp.Loader{}.Load(dir, m)
+	if err != nil {
+		return nil, err
 	}
-	now := at.Add(time.Millisecond)
-	a.refresh(now)
-	if d := (&batch.Deadline{}).Decide(now, queue(now), 1, a); len(d.Refuse) != 1 {
-		t.Fatalf("right after the stall, decision %+v, want the request refused (latency %v)", d, a.Latency(1))
+	return &clockedModel{Model: model, l: l}, nil
+}
+
+type clockedModel struct {
+	runtime.Model
+	l *clockedLoader
+}
+
+func (m *clockedModel) Run(ctx context.Context, in []serve.Tensor) ([]serve.Tensor, error) {
+	d := m.l.step
+	if s := m.l.stall.Swap(0); s > 0 {
+		d = time.Duration(s)
 	}
-	now = at.Add(adaptiveAge + time.Millisecond)
-	a.refresh(now)
-	if got := a.Latency(1); got != 50*time.Microsecond {
-		t.Fatalf("Latency(1) %v after the stall aged out, want the profiled 50µs", got)
+	m.l.clock.Advance(d)
+	return m.Model.Run(ctx, in)
+}
+
+// One batch stalled past the objective (the process descheduled, a
+// collection) makes the dispatcher's profile refuse requests for a while,
+// not for ever: with every request refused no batch runs, so the stall must
+// age out of the correction by time alone.
+func TestAStalledBatchIsForgotten(t *testing.T) {
+	clock := newFakeClock()
+	l := &clockedLoader{clock: clock, step: time.Millisecond}
+	root := t.TempDir()
+	writeMLP(t, root, "m", "1", 0, 1)
+	e := newEngine(t, Options{Source: DirSource{Root: root}, Clock: clock, Objective: 100 * time.Millisecond,
+		Runtimes: map[string]runtime.Loader{mlp.Format: l},
+		Policy:   func(string, string) batch.Policy { return &batch.Deadline{} }})
+	if err := e.Load(context.Background(), "m"); err != nil {
+		t.Fatal(err)
 	}
-	if d := (&batch.Deadline{}).Decide(now, queue(now), 1, a); len(d.Run) != 1 {
-		t.Fatalf("after the stall aged out, decision %+v, want the request run", d)
+	infer := func() error {
+		_, err := e.Infer(context.Background(), request("m", 1))
+		return err
+	}
+	if err := infer(); err != nil {
+		t.Fatalf("before the stall: %v", err)
+	}
+	l.stall.Store(int64(time.Second))
+	if err := infer(); err != nil {
+		t.Fatalf("the stalled request itself is answered (late): %v", err)
+	}
+	var refused *serve.RefusedError
+	if err := infer(); !errors.As(err, &refused) || refused.Reason != "DeadlineUnmeetable" {
+		t.Fatalf("right after a 1 s batch of a 1 ms model, a 100 ms request: %v, want refused DeadlineUnmeetable", err)
+	}
+	clock.Advance(adaptiveAge + time.Millisecond)
+	if err := infer(); err != nil {
+		t.Fatalf("%v after the stall, no batch run since: %v, want it served", adaptiveAge, err)
 	}
 }

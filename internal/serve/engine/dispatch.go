@@ -167,12 +167,12 @@ func (d *dispatcher) decide() {
 			return false
 		})
 		now := d.e.clock.Now()
+		d.profile.expire(now)
 		items := make([]batch.Item, len(d.queue))
 		for i, c := range d.queue {
 			items[i] = c.item
 		}
 		idle := d.e.opts.Instances - d.running
-		d.profile.refresh(now)
 		dec := d.policy.Decide(now, items, idle, d.profile)
 
 		gone := make([]bool, len(d.queue))

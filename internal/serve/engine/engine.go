@@ -237,16 +237,23 @@ func (e *Engine) entryLocked(k key, dir string) *entry {
 }
 
 // resolve finds the version a request names: the one its name serves when
-// it names none.
+// it names none. A version loaded or loading (and not retired) is answered
+// from the cache without asking the source: a directory source reads the
+// file system on every call, which cost a request more than running the
+// digits model. A version removed from the source meanwhile is served
+// until it is unloaded.
 func (e *Engine) resolve(ctx context.Context, name, version string) (key, string, error) {
+	e.mu.Lock()
 	if version == "" {
-		e.mu.Lock()
-		v, ok := e.current[name]
-		e.mu.Unlock()
-		if ok {
+		if v, ok := e.current[name]; ok {
 			version = v
 		}
 	}
+	if ent := e.models[key{name, version}]; version != "" && ent != nil && !ent.retired {
+		e.mu.Unlock()
+		return ent.key, ent.dir, nil
+	}
+	e.mu.Unlock()
 	r, err := e.opts.Source.Resolve(ctx, name, version)
 	if err != nil {
 		return key{}, "", err
