@@ -41,6 +41,7 @@ type serveFlags struct {
 	pin        []string
 	watch      time.Duration
 	library    string
+	lru        bool
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -78,6 +79,7 @@ Off loopback, every request but the health checks needs "Authorization: Bearer T
 	fl.IntVar(&f.threads, "threads", 1, "ONNX Runtime intra-op threads per call")
 	fl.IntVar(&f.maxQueue, "max-queue", engine.DefaultMaxQueue, "most requests waiting for one model; one more is refused (429)")
 	fl.StringSliceVar(&f.pin, "pin", nil, "models to load at start and never unload")
+	fl.BoolVar(&f.lru, "lru", false, "plain LRU: any load may evict the least recently used idle model (default: only a model asked for more often than the one it would evict loads; the others are refused NotAdmitted)")
 	fl.DurationVar(&f.watch, "watch", 2*time.Second, "how often served aliases are checked for moves")
 	fl.StringVar(&f.library, "onnxruntime", os.Getenv("VIRGA_ONNXRUNTIME"), "path of libonnxruntime.so (env VIRGA_ONNXRUNTIME; default: where scripts/onnxruntime.sh installs it)")
 	return cmd
@@ -238,6 +240,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags) error {
 		MaxQueue:     f.maxQueue,
 		Policy:       policy,
 		Pinned:       f.pin,
+		Admission:    !f.lru,
 		Name:         "virga",
 		Version:      version,
 	})

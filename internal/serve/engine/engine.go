@@ -55,6 +55,11 @@ type Options struct {
 	// Policy makes a model's batching policy when it loads; nil means
 	// Greedy.
 	Policy func(model, version string) batch.Policy
+	// Admission, when set, lets a load evict a model only if its name was
+	// asked for more recently-often than the victim's (admit.go); else the
+	// request is refused (NotAdmitted). Unset: plain LRU, any load may evict
+	// the least recently used idle model.
+	Admission bool
 	// Pinned models load when the engine starts and are never evicted;
 	// Ready is false until they are loaded.
 	Pinned []string
@@ -89,9 +94,12 @@ type Engine struct {
 	failed  map[key]string    // why a version's last load failed
 	used    int64             // bytes reserved by models loaded and loading
 	peak    int64             // the most used has been
-	changed chan struct{}     // closed and replaced when memory or references change
-	closed  bool
-	loads   sync.WaitGroup
+	// freq counts recent requests per model name, for admission (admit.go).
+	freq      map[string]float64
+	freqTotal int
+	changed   chan struct{} // closed and replaced when memory or references change
+	closed    bool
+	loads     sync.WaitGroup
 }
 
 var _ serve.Service = (*Engine)(nil)
@@ -279,6 +287,7 @@ func (e *Engine) acquire(ctx context.Context, k key, dir string, deadline time.T
 		e.mu.Unlock()
 		return nil, fmt.Errorf("%w: the server is shutting down", serve.ErrUnavailable)
 	}
+	e.countLocked(k.name)
 	ent := e.entryLocked(k, dir)
 	if ent.ready {
 		ent.lastUsed = e.clock.Now()
@@ -385,6 +394,13 @@ func (e *Engine) load(ent *entry) {
 		e.metrics.memory.Set(float64(e.used))
 		if e.models[ent.key] == ent {
 			delete(e.models, ent.key)
+		}
+		if _, refused := errors.AsType[*serve.RefusedError](err); refused {
+			// Not admitted: nothing is wrong with the model.
+			ent.err = err
+			close(ent.done)
+			e.signalLocked()
+			return
 		}
 		if !errors.Is(err, serve.ErrUnavailable) {
 			err = fmt.Errorf("%w: loading %s: %w", serve.ErrUnavailable, ent.key, err)
@@ -509,6 +525,9 @@ func (e *Engine) reserve(ent *entry, need int64) error {
 			return fmt.Errorf("%w: %s: no room in the memory budget and no request waits for it any more", serve.ErrUnavailable, ent.key)
 		}
 		if victim := e.lruLocked(); victim != nil {
+			if err := e.admitLocked(ent, victim); err != nil {
+				return err
+			}
 			e.evictLocked(victim)
 			continue
 		}
