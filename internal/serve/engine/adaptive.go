@@ -20,27 +20,28 @@ const adaptiveWindow = 64
 const adaptiveAge = time.Second
 
 // adaptive is the profile a model's policy decides with: the latency
-// measured at load, scaled by how much slower the model's recent batches
-// ran than that profile said (the machine is busier than when it was
-// profiled: other models, other processes, a colder cache). The scale is
-// the largest of the ratios of measured to profiled time of the last
-// adaptiveWindow batches (the largest: a late answer breaks the objective's
-// promise, an early one costs a little goodput), none once no batch has
-// ended for adaptiveAge, never below 1, so a policy that fills batches up to a deadline
-// leaves room for the spread it has seen. Owned by the dispatcher's
-// goroutine.
+// measured at load, plus how much longer than that profile said the model's
+// recent batches ran (the machine is busier than when it was profiled:
+// other models loading, other processes, a collection). The addition is the
+// largest excess of the last adaptiveWindow batches (the largest: a late
+// answer breaks the objective's promise, an early one costs a little
+// goodput), none once no batch has ended for adaptiveAge. It is added, not
+// multiplied: a stall is time lost whatever the batch, so a 20 ms pause of a
+// 20 us model must not make its every batch look 1,000 times longer, while a
+// machine twice as slow for a model's largest batch makes every batch at
+// most that much longer. Owned by the dispatcher's goroutine.
 type adaptive struct {
 	base   *Profile
-	ratios []float64 // ring of the last adaptiveWindow ratios
+	extras []time.Duration // ring of the last adaptiveWindow excesses (>= 0)
 	next   int
 	last   time.Time // when the last batch ended
-	scale  float64
+	extra  time.Duration
 }
 
 var _ batch.Profile = (*adaptive)(nil)
 
 func newAdaptive(p *Profile) *adaptive {
-	return &adaptive{base: p, scale: 1}
+	return &adaptive{base: p}
 }
 
 // MaxRows implements batch.Profile.
@@ -48,29 +49,28 @@ func (a *adaptive) MaxRows() int { return a.base.MaxRows() }
 
 // Latency implements batch.Profile.
 func (a *adaptive) Latency(rows int) time.Duration {
-	return time.Duration(float64(a.base.Latency(rows)) * a.scale)
+	return a.base.Latency(rows) + a.extra
 }
 
 // observe records a batch of rows that took took and ended at now.
 func (a *adaptive) observe(now time.Time, rows int, took time.Duration) {
-	want := a.base.Latency(rows)
-	if rows < 1 || want <= 0 || took <= 0 {
+	if rows < 1 || took <= 0 {
 		return
 	}
-	r := float64(took) / float64(want)
-	if len(a.ratios) < adaptiveWindow {
-		a.ratios = append(a.ratios, r)
+	x := max(took-a.base.Latency(rows), 0)
+	if len(a.extras) < adaptiveWindow {
+		a.extras = append(a.extras, x)
 	} else {
-		a.ratios[a.next] = r
+		a.extras[a.next] = x
 		a.next = (a.next + 1) % adaptiveWindow
 	}
 	a.last = now
-	a.scale = max(slices.Max(a.ratios), 1)
+	a.extra = slices.Max(a.extras)
 }
 
 // expire drops the correction once no batch has ended for adaptiveAge.
 func (a *adaptive) expire(now time.Time) {
-	if len(a.ratios) > 0 && now.Sub(a.last) > adaptiveAge {
-		a.ratios, a.next, a.scale = a.ratios[:0], 0, 1
+	if len(a.extras) > 0 && now.Sub(a.last) > adaptiveAge {
+		a.extras, a.next, a.extra = a.extras[:0], 0, 0
 	}
 }
