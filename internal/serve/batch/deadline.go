@@ -108,6 +108,15 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 	if idle <= 0 || len(cands) == 0 {
 		return d
 	}
+	// Everything queued fits in one batch that meets every deadline: that
+	// batch is the plan (none is dropped, and no split frees the instance
+	// sooner on a profile where a batch costs at most its parts), so it
+	// runs without planning, which is most of the policy's cost at a light
+	// or moderate load. (WaitSlack may rather wait for a fuller batch.)
+	if rows, earliest := rowsIn(queue, cands), minDeadline(queue, cands); dl.WaitSlack == 0 && rows <= maxRows && !now.Add(p.Latency(rows)).After(earliest) {
+		d.Run = append(d.Run, cands...)
+		return d
+	}
 	slices.SortStableFunc(cands, func(a, b int) int {
 		x, y := queue[a], queue[b]
 		if x.Priority != y.Priority {
@@ -207,9 +216,14 @@ func (dl *Deadline) expected(now time.Time, queue []Item, jobs []job, maxRows in
 			newest = it
 		}
 	}
+	// Two full batches of requests the size of the newest, at most
+	// maxExpected of them: the plan's cost grows with its jobs, and a model
+	// taking 1,024 rows a call must not plan 2,048 one-row arrivals at every
+	// decision.
+	per := max(rowsOf(newest), 1)
 	n := dl.Expect
 	if n == 0 {
-		n = 2 * maxRows
+		n = min((2*maxRows+per-1)/per, maxExpected)
 	}
 	count := min(dl.seen, arrivalWindow)
 	if n < 0 || count < 2 || newest.Arrived.IsZero() {
@@ -227,10 +241,13 @@ func (dl *Deadline) expected(now time.Time, queue []Item, jobs []job, maxRows in
 		if release < 0 {
 			continue
 		}
-		jobs = append(jobs, job{release: int64(release), deadline: int64(release + objective), rows: 1})
+		jobs = append(jobs, job{release: int64(release), deadline: int64(release + objective), rows: min(per, maxRows)})
 	}
 	return jobs
 }
+
+// maxExpected bounds the arrivals a plan expects (Expect's default).
+const maxExpected = 128
 
 // Observe does nothing: the profile is the model's measured latency.
 func (dl *Deadline) Observe(int, time.Duration, int) {}
@@ -283,6 +300,15 @@ func rowsIn(queue []Item, pos []int) int {
 		n += rowsOf(queue[i])
 	}
 	return n
+}
+
+// minDeadline returns the earliest deadline of the queue positions pos.
+func minDeadline(queue []Item, pos []int) time.Time {
+	m := queue[pos[0]].Deadline
+	for _, i := range pos[1:] {
+		m = minTime(m, queue[i].Deadline)
+	}
+	return m
 }
 
 func minTime(a, b time.Time) time.Time {
