@@ -99,6 +99,11 @@ func ReadModel(r io.Reader) (*SavedModel, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("reading model: %w", err)
 	}
+	// One JSON object and nothing after it: a file with two models
+	// concatenated (a botched copy) must not load as the first one.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("reading model: data after the model's JSON object (offset %d); a model file holds one object", dec.InputOffset())
+	}
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}

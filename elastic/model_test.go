@@ -32,6 +32,8 @@ func TestModelValidate(t *testing.T) {
 		{`{"format": "virga.elastic.model/v1", "algorithm": "a", "tensors": {"w": {"shape": [2, 2], "data": [1, 2, 3]}}}`, "holds 4 numbers"},
 		{`{"format": "virga.elastic.model/v1", "algorithm": "a", "tensors": {"w": {"shape": [-1], "data": []}}}`, "bad shape"},
 		{`{"format": "virga.elastic.model/v1", "algorithm": "a", "tensors": {}, "extra": 1}`, "unknown field"},
+		{`{"format": "virga.elastic.model/v1", "algorithm": "a", "tensors": {}} {"format": "x"}`, "data after the model"},
+		{`{"format": "virga.elastic.model/v1", "algorithm": "a", "tensors": {}} ]`, "data after the model"},
 	} {
 		if _, err := ReadModel(strings.NewReader(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ReadModel(%s) = %v; want an error about %q", c.json, err, c.want)
