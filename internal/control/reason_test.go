@@ -1,0 +1,141 @@
+package control_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/store"
+)
+
+// The tests of this file crash the server while a trial or an experiment is
+// in the middle of something (a searcher's pause, a move, a budget stop),
+// then reword the human messages in the store, as a newer Virga that
+// phrases them differently would find them, and check that recovery still
+// carries on what was in flight: it decides from the typed reasons, never
+// from the text.
+
+// reworded is what the messages are replaced with.
+const reworded = "reworded by a later release"
+
+// rewordTrial replaces the stored message of trial id.
+func (h *harness) rewordTrial(id int64) {
+	h.t.Helper()
+	tr := h.trial(id)
+	tr.Message = reworded
+	if err := h.st.Apply(context.Background(), &store.Batch{Trials: []*virga.Trial{tr}}); err != nil {
+		h.t.Fatalf("rewording trial %d: %v", id, err)
+	}
+}
+
+// rewordExp replaces the stored message of experiment id.
+func (h *harness) rewordExp(id int64) {
+	h.t.Helper()
+	e := h.exp(id)
+	e.Message = reworded
+	if err := h.st.Apply(context.Background(), &store.Batch{Experiments: []*virga.Experiment{e}}); err != nil {
+		h.t.Fatalf("rewording experiment %d: %v", id, err)
+	}
+}
+
+// TestRecoverSearcherPauseReworded: a trial the searcher paused, whose
+// process had not exited when the server stopped, ends its attempt paused
+// by the searcher after recovery (not completed, not restarted), whatever
+// its message says.
+func TestRecoverSearcherPauseReworded(t *testing.T) {
+	h := newHarness(t)
+	h.start(&adoptingBackend{newFakeBackend()})
+	h.submit(strings.Replace(ashaPromoteYAML, "max_concurrent: 3", "max_concurrent: 1", 1))
+	s1 := h.nextStart()
+	h.started(s1)
+	writeCkpt(t, s1, "t1")
+	if d := h.report(s1.AttemptID, 1, 0.1); d != "stop" {
+		t.Fatalf("decision %s, want stop (pause)", d)
+	}
+	h.crash()
+	h.rewordTrial(s1.TrialID)
+	be := &adoptingBackend{newFakeBackend()}
+	h.start(be)
+	h.eventually("the adopted attempt to be stopped again", func() bool { return be.stopped(s1.AttemptID) })
+	h.exited(s1.AttemptID, 0)
+	h.eventually("the attempt to end", func() bool { return h.attempts(s1.TrialID)[0].State == virga.AttemptExited })
+	tr := h.trial(s1.TrialID)
+	if tr.State != virga.TrialPaused || tr.Restarts != 0 || tr.Attempts != 1 {
+		t.Fatalf("after recovery the searcher's pause became %s with %d restarts and %d attempts (%q); want PAUSED, 0, 1",
+			tr.State, tr.Restarts, tr.Attempts, tr.Message)
+	}
+}
+
+// TestRecoverMoveReworded: a move in flight when the server stops goes on
+// after recovery even if the trial's message was reworded: the adopted
+// attempt is stopped again, and its exit is a move, not a failure.
+func TestRecoverMoveReworded(t *testing.T) {
+	be := onePerPool(true)
+	h, clk := policyHarness(t, be)
+	_, s2, ckpt := movingTrial(t, h, be, clk)
+	h.crash()
+	h.rewordTrial(s2.TrialID)
+
+	be2 := onePerPool(true)
+	h.startPolicy(be2)
+	h.eventually("the adopted attempt to be stopped again", func() bool { return be2.stopped(s2.AttemptID) })
+	be2.exit(backend.Event{AttemptID: s2.AttemptID, Signal: "terminated"})
+	s3 := h.nextStart()
+	if s3.TrialID != s2.TrialID || s3.Pool != "ondemand" {
+		t.Fatalf("next attempt: trial %d on %q, want trial %d on ondemand", s3.TrialID, s3.Pool, s2.TrialID)
+	}
+	as := h.attempts(s2.TrialID)
+	if len(as) != 2 || as[0].Outcome != virga.OutcomeStopped || as[1].Restored != ckpt {
+		t.Fatalf("attempts %+v, want a stopped one, then one from checkpoint %s", as, ckpt)
+	}
+	if tr := h.trial(s2.TrialID); tr.Restarts != 0 {
+		t.Errorf("trial with %d restarts, want none (a move is not a failure)", tr.Restarts)
+	}
+	// Recovery knew the attempt was being moved: the policy did not decide
+	// the move again.
+	evs, err := h.st.Events(context.Background(), store.EventFilter{TrialID: s2.TrialID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moves := 0
+	for _, ev := range evs {
+		if ev.Kind == virga.EventTrialMoving {
+			moves++
+		}
+	}
+	if moves != 1 {
+		t.Errorf("%d trial.moving events, want 1", moves)
+	}
+}
+
+// TestRecoverBudgetStopReworded: an experiment its budget was stopping when
+// the server stopped ends STOPPED for its budget after recovery, its
+// trials stopped for the budget, even if its message was reworded.
+func TestRecoverBudgetStopReworded(t *testing.T) {
+	h, clk := costHarness(t)
+	e := h.submit(expYAML("budget", "max_trials: 4\nmax_concurrent: 2\nbudget: 1\nstop_grace: 10s\nresources: {cpu: 1, memory: 512MiB}"))
+	s1, s2 := h.nextStart(), h.nextStart()
+	for _, s := range []*backend.StartSpec{s1, s2} {
+		h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: clk.Now(), PID: int(s.AttemptID)})
+	}
+	h.eventually("both attempts to run", func() bool {
+		return h.attempts(s1.TrialID)[0].State == virga.AttemptRunning && h.attempts(s2.TrialID)[0].State == virga.AttemptRunning
+	})
+	clk.Advance(95 * time.Second)
+	h.eventually("the budget to stop the experiment", func() bool { return h.exp(e.ID).State == virga.ExperimentStopping })
+	h.crash()
+	h.rewordExp(e.ID)
+
+	h.start(&adoptingBackend{newFakeBackend()})
+	end := clk.Advance(5 * time.Second)
+	for _, s := range []*backend.StartSpec{s1, s2} {
+		h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: end, Signal: "terminated"})
+	}
+	got := h.waitExp(e.ID, virga.ExperimentStopped)
+	if got.Reason != virga.ReasonBudgetSpent {
+		t.Errorf("experiment ended %s (%q), want reason %s", got.Reason, got.Message, virga.ReasonBudgetSpent)
+	}
+}
