@@ -25,7 +25,8 @@ import (
 type Option func(*config)
 
 type config struct {
-	reopen func(t *testing.T, s store.Store) store.Store
+	reopen    func(t *testing.T, s store.Store) store.Store
+	oldSchema OldSchema
 }
 
 // WithReopen enables the durability subtest: reopen must close s and open
@@ -89,6 +90,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 			t.Skip("the store gave no WithReopen option")
 		}
 		testReopen(t, open(t), c.reopen)
+	})
+	t.Run("ReasonsBackfilled", func(t *testing.T) {
+		t.Parallel()
+		if c.oldSchema == nil {
+			t.Skip("the store gave no WithOldSchema option")
+		}
+		testReasonsBackfilled(t, c.oldSchema)
 	})
 }
 
