@@ -2,6 +2,8 @@ package control_test
 
 import (
 	"context"
+	"database/sql"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/store"
+	"github.com/virga-ml/virga/internal/store/sqlite"
 )
 
 // The tests of this file crash the server while a trial or an experiment is
@@ -66,6 +69,9 @@ func TestRecoverSearcherPauseReworded(t *testing.T) {
 	if tr.State != virga.TrialPaused || tr.Restarts != 0 || tr.Attempts != 1 {
 		t.Fatalf("after recovery the searcher's pause became %s with %d restarts and %d attempts (%q); want PAUSED, 0, 1",
 			tr.State, tr.Restarts, tr.Attempts, tr.Message)
+	}
+	if tr.Reason != virga.ReasonPausedBySearcher {
+		t.Errorf("paused trial's reason %q, want %s", tr.Reason, virga.ReasonPausedBySearcher)
 	}
 }
 
@@ -137,5 +143,127 @@ func TestRecoverBudgetStopReworded(t *testing.T) {
 	got := h.waitExp(e.ID, virga.ExperimentStopped)
 	if got.Reason != virga.ReasonBudgetSpent {
 		t.Errorf("experiment ended %s (%q), want reason %s", got.Reason, got.Message, virga.ReasonBudgetSpent)
+	}
+	for _, tr := range h.trials(e.ID) {
+		if tr.State != virga.TrialStopped || tr.Reason != virga.ReasonBudgetSpent {
+			t.Errorf("trial %d ended %s %q, want STOPPED %s", tr.ID, tr.State, tr.Reason, virga.ReasonBudgetSpent)
+		}
+	}
+}
+
+// downgrade turns the harness's database, its controller stopped, into what
+// Virga wrote before trials had a reason (schema version 6): no reason
+// column on trials, and none on live experiments. The next start of the
+// controller opens it anew, which migrates it.
+func (h *harness) downgrade() {
+	h.t.Helper()
+	path := filepath.Join(h.dir, "virga.db")
+	if err := h.st.Store.Close(); err != nil {
+		h.t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, q := range []string{
+		`ALTER TABLE trials DROP COLUMN reason`,
+		`UPDATE experiments SET reason = '' WHERE state IN ('ACTIVE', 'PAUSED', 'STOPPING')`,
+		`DELETE FROM schema_version WHERE version > 6`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			db.Close()
+			h.t.Fatalf("downgrading: %s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		h.t.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		h.t.Fatalf("opening the downgraded database: %v", err)
+	}
+	h.t.Cleanup(func() { st.Close() })
+	if v, err := st.SchemaVersion(context.Background()); err != nil || v <= 6 {
+		h.t.Fatalf("schema version %d, %v after opening a version-6 database; want it migrated", v, err)
+	}
+	h.st.Store = st
+}
+
+// TestUpgradeRecoversSearcherPauses: a server of the previous schema stops
+// with one trial paused by the searcher and another being paused; the new
+// server migrates the database and carries on as the old one would have:
+// the pause in flight ends paused (not completed, not restarted), and the
+// searcher promotes the paused trial.
+func TestUpgradeRecoversSearcherPauses(t *testing.T) {
+	h := newHarness(t)
+	h.start(&adoptingBackend{newFakeBackend()})
+	e := h.submit(strings.Replace(ashaPromoteYAML, "max_concurrent: 3", "max_concurrent: 1", 1))
+	s1 := h.nextStart()
+	h.started(s1)
+	writeCkpt(t, s1, "t1")
+	if d := h.report(s1.AttemptID, 1, 0.1); d != "stop" {
+		t.Fatalf("decision %s for trial 1, want stop (pause)", d)
+	}
+	h.exited(s1.AttemptID, 0)
+	h.waitTrial(s1.TrialID, virga.TrialPaused)
+	s2 := h.nextStart()
+	h.started(s2)
+	if d := h.report(s2.AttemptID, 1, 0.5); d != "stop" {
+		t.Fatalf("decision %s for trial 2, want stop (pause)", d)
+	}
+	h.crash()
+	h.downgrade()
+
+	be := &adoptingBackend{newFakeBackend()}
+	h.start(be)
+	if tr := h.trial(s1.TrialID); tr.Reason != virga.ReasonPausedBySearcher {
+		t.Errorf("trial 1 after the upgrade: reason %q, want %s", tr.Reason, virga.ReasonPausedBySearcher)
+	}
+	h.eventually("the adopted attempt to be stopped again", func() bool { return be.stopped(s2.AttemptID) })
+	h.exited(s2.AttemptID, 0)
+	tr := h.waitTrial(s2.TrialID, virga.TrialPaused)
+	if tr.Reason != virga.ReasonPausedBySearcher || tr.Restarts != 0 || tr.Attempts != 1 {
+		t.Errorf("trial 2 after the upgrade: %s %q with %d restarts and %d attempts; want PAUSED PausedBySearcher, 0, 1",
+			tr.State, tr.Reason, tr.Restarts, tr.Attempts)
+	}
+	if s3 := h.nextStart(); s3.TrialID != s1.TrialID {
+		t.Fatalf("started trial %d, want trial %d promoted", s3.TrialID, s1.TrialID)
+	}
+	if got := h.exp(e.ID); got.State != virga.ExperimentActive {
+		t.Errorf("experiment %s, want ACTIVE", got.State)
+	}
+}
+
+// TestUpgradeRecoversBudgetStop: a server of the previous schema stops
+// while its budget stops an experiment; the new server migrates the
+// database and ends the experiment and its trials for the budget.
+func TestUpgradeRecoversBudgetStop(t *testing.T) {
+	h, clk := costHarness(t)
+	e := h.submit(expYAML("budget", "max_trials: 4\nmax_concurrent: 2\nbudget: 1\nstop_grace: 10s\nresources: {cpu: 1, memory: 512MiB}"))
+	s1, s2 := h.nextStart(), h.nextStart()
+	for _, s := range []*backend.StartSpec{s1, s2} {
+		h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: clk.Now(), PID: int(s.AttemptID)})
+	}
+	h.eventually("both attempts to run", func() bool {
+		return h.attempts(s1.TrialID)[0].State == virga.AttemptRunning && h.attempts(s2.TrialID)[0].State == virga.AttemptRunning
+	})
+	clk.Advance(95 * time.Second)
+	h.eventually("the budget to stop the experiment", func() bool { return h.exp(e.ID).State == virga.ExperimentStopping })
+	h.crash()
+	h.downgrade()
+
+	h.start(&adoptingBackend{newFakeBackend()})
+	end := clk.Advance(5 * time.Second)
+	for _, s := range []*backend.StartSpec{s1, s2} {
+		h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: end, Signal: "terminated"})
+	}
+	got := h.waitExp(e.ID, virga.ExperimentStopped)
+	if got.Reason != virga.ReasonBudgetSpent || !strings.HasPrefix(got.Message, "budget of $1.00 reached") {
+		t.Errorf("experiment ended %s %q, want %s with the budget's message", got.Reason, got.Message, virga.ReasonBudgetSpent)
+	}
+	for _, tr := range h.trials(e.ID) {
+		if tr.State != virga.TrialStopped || tr.Reason != virga.ReasonBudgetSpent {
+			t.Errorf("trial %d ended %s %q (%q), want STOPPED %s", tr.ID, tr.State, tr.Reason, tr.Message, virga.ReasonBudgetSpent)
+		}
 	}
 }
