@@ -96,6 +96,21 @@ const (
 	ReasonPreemptedWithoutProgress Reason = "PreemptedWithoutProgress"
 )
 
+// ExperimentReasons returns every reason an experiment may have, the empty
+// one first.
+func ExperimentReasons() []Reason {
+	return []Reason{ReasonNone, ReasonPausedByUser, ReasonStoppedByUser, ReasonBudgetSpent, ReasonSearchFinished,
+		ReasonAllTrialsFailed, ReasonNoObjective, ReasonUnschedulable, ReasonUnrecoverable}
+}
+
+// TrialReasons returns every reason a trial may have, the empty one first.
+func TrialReasons() []Reason {
+	return []Reason{ReasonNone, ReasonPausingBySearcher, ReasonStoppingEarly, ReasonMoving, ReasonPausedBySearcher,
+		ReasonPausedByUser, ReasonResumedByUser, ReasonResumedBySearcher, ReasonWaitingForCapacity, ReasonRequeued,
+		ReasonRestarting, ReasonMoved, ReasonPreempted, ReasonSucceeded, ReasonStoppedEarly, ReasonStoppedByUser,
+		ReasonBudgetSpent, ReasonNotPromoted, ReasonRestartsExhausted, ReasonPreemptedWithoutProgress}
+}
+
 // trialTransitions lists, for each trial state, the states it may go to.
 // The empty state is a trial not yet created.
 var trialTransitions = map[TrialState][]TrialState{
@@ -203,6 +218,15 @@ const (
 	EventAttemptTimeout EventKind = "attempt.timeout"
 	EventAttemptAdopted EventKind = "attempt.adopted" // a restarted server took it over
 )
+
+// EventKinds returns every event kind.
+func EventKinds() []EventKind {
+	return []EventKind{EventExperimentCreated, EventExperimentEstimate, EventExperimentStop, EventExperimentPause,
+		EventExperimentResume, EventExperimentBudget, EventExperimentLate, EventExperimentCompleted,
+		EventExperimentStopped, EventExperimentFailed, EventTrialDecision, EventTrialRestarting, EventTrialMoving,
+		EventTrialMoved, EventTrialPreempted, EventTrialCompleted, EventTrialStopped, EventTrialFailed,
+		EventAttemptCreated, EventAttemptStarted, EventAttemptExited, EventAttemptTimeout, EventAttemptAdopted}
+}
 
 // EndEvent is the kind of the event that records a trial ending in the
 // terminal state s ("" for a state that is not terminal).

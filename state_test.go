@@ -2,6 +2,12 @@ package virga
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -126,3 +132,65 @@ func TestEndEvents(t *testing.T) {
 }
 
 func lower(s string) string { return strings.ToLower(s) }
+
+// TestListsHoldEveryConstant checks that ExperimentReasons and TrialReasons
+// together, and EventKinds, list every constant of their type declared in
+// this package (the API documents them from these lists), each once.
+func TestListsHoldEveryConstant(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string][]string{} // type name -> constant values
+	for _, f := range pkgs["virga"].Files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				id, ok := vs.Type.(*ast.Ident)
+				if !ok || len(vs.Values) != 1 {
+					continue
+				}
+				lit, ok := vs.Values[0].(*ast.BasicLit)
+				if !ok {
+					continue
+				}
+				v, _ := strconv.Unquote(lit.Value)
+				declared[id.Name] = append(declared[id.Name], v)
+			}
+		}
+	}
+	str := func(vs any) []string {
+		var out []string
+		switch vs := vs.(type) {
+		case []Reason:
+			for _, v := range vs {
+				out = append(out, string(v))
+			}
+		case []EventKind:
+			for _, v := range vs {
+				out = append(out, string(v))
+			}
+		}
+		return out
+	}
+	for what, l := range map[string][]string{"ExperimentReasons": str(ExperimentReasons()), "TrialReasons": str(TrialReasons()),
+		"EventKinds": str(EventKinds())} {
+		if len(l) != len(slices.Compact(slices.Sorted(slices.Values(l)))) {
+			t.Errorf("%s lists a value twice: %q", what, l)
+		}
+	}
+	union := func(ls ...[]string) []string {
+		return slices.Compact(slices.Sorted(slices.Values(slices.Concat(ls...))))
+	}
+	if got, want := union(str(ExperimentReasons()), str(TrialReasons())), union(declared["Reason"]); !slices.Equal(got, want) {
+		t.Errorf("ExperimentReasons and TrialReasons list\n%q\nthe Reason constants are\n%q", got, want)
+	}
+	if got, want := union(str(EventKinds())), union(declared["EventKind"]); !slices.Equal(got, want) {
+		t.Errorf("EventKinds lists\n%q\nthe EventKind constants are\n%q", got, want)
+	}
+}
