@@ -3,8 +3,12 @@ package control_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,4 +270,39 @@ func TestUpgradeRecoversBudgetStop(t *testing.T) {
 			t.Errorf("trial %d ended %s %q (%q), want STOPPED %s", tr.ID, tr.State, tr.Reason, tr.Message, virga.ReasonBudgetSpent)
 		}
 	}
+}
+
+// runRefusingIllegalTransitions runs the tests and fails them if the loop
+// refused a state change anywhere (a transition virga's table does not
+// allow, which the loop only logs).
+func runRefusingIllegalTransitions(m *testing.M) int {
+	h := &refusalCounter{Handler: slog.NewTextHandler(os.Stderr, nil), n: new(atomic.Int64)}
+	slog.SetDefault(slog.New(h))
+	code := m.Run()
+	if n := h.n.Load(); n > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the control loop refused %d state changes (see the log)\n", n)
+		return 1
+	}
+	return code
+}
+
+// refusalCounter counts the loop's logged refusals of a state change.
+type refusalCounter struct {
+	slog.Handler
+	n *atomic.Int64
+}
+
+func (r *refusalCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	return &refusalCounter{Handler: r.Handler.WithAttrs(as), n: r.n}
+}
+
+func (r *refusalCounter) WithGroup(name string) slog.Handler {
+	return &refusalCounter{Handler: r.Handler.WithGroup(name), n: r.n}
+}
+
+func (r *refusalCounter) Handle(ctx context.Context, rec slog.Record) error {
+	if rec.Message == "control: refused a state change" {
+		r.n.Add(1)
+	}
+	return r.Handler.Handle(ctx, rec)
 }
