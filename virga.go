@@ -40,32 +40,8 @@ func (s ExperimentState) Terminal() bool {
 	return s == ExperimentCompleted || s == ExperimentStopped || s == ExperimentFailed
 }
 
-// ExperimentReason says why an experiment ended, as a stable CamelCase word
-// that scripts and code decide on; Experiment.Message says it for people.
-type ExperimentReason string
-
-// Experiment reasons, one per way an experiment ends. Empty while it lives.
-const (
-	ReasonNone ExperimentReason = ""
-	// ReasonSearchFinished (COMPLETED): the searcher ran its trials and at
-	// least one reported the objective metric.
-	ReasonSearchFinished ExperimentReason = "SearchFinished"
-	// ReasonStoppedByUser (STOPPED): a user stopped it.
-	ReasonStoppedByUser ExperimentReason = "StoppedByUser"
-	// ReasonBudgetSpent (STOPPED): its budget or deadline left no room for
-	// another trial.
-	ReasonBudgetSpent ExperimentReason = "BudgetSpent"
-	// ReasonAllTrialsFailed (FAILED): the search ended and every trial failed.
-	ReasonAllTrialsFailed ExperimentReason = "AllTrialsFailed"
-	// ReasonNoObjective (FAILED): the search ended and no trial reported the
-	// objective metric, so there is no best trial.
-	ReasonNoObjective ExperimentReason = "NoObjectiveReported"
-	// ReasonUnschedulable (FAILED): no trial can ever fit the capacity.
-	ReasonUnschedulable ExperimentReason = "Unschedulable"
-	// ReasonUnrecoverable (FAILED): after a restart of the server its spec
-	// or searcher state could not be loaded.
-	ReasonUnrecoverable ExperimentReason = "Unrecoverable"
-)
+// ExperimentReason is the Reason of an experiment.
+type ExperimentReason = Reason
 
 // TrialState is the life-cycle state of a trial.
 type TrialState string
@@ -121,12 +97,13 @@ type Experiment struct {
 	SpecFile string          `json:"spec_file"` // the name it was submitted under, for messages
 	// SearcherState is the searcher's latest snapshot; opaque to everyone but the searcher.
 	SearcherState []byte `json:"-"`
-	// Reason says why it ended (empty while it lives), for code and scripts.
-	Reason    ExperimentReason `json:"reason,omitempty"`
-	Message   string           `json:"message,omitempty"` // why it ended or what it waits for, for people
-	CreatedAt time.Time        `json:"created_at"`
-	UpdatedAt time.Time        `json:"updated_at"`
-	EndedAt   time.Time        `json:"ended_at,omitzero"`
+	// Reason says why it is in its state (empty while it simply runs):
+	// code decides on it, never on Message.
+	Reason    Reason    `json:"reason,omitempty"`
+	Message   string    `json:"message,omitempty"` // why it ended or what it waits for, for people
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
 }
 
 // Trial is one configuration of hyperparameters and its progress.
@@ -153,10 +130,13 @@ type Trial struct {
 	// Prediction is the searcher's forecast of the trial's final objective,
 	// when its searcher predicts learning curves; nil otherwise.
 	Prediction *Prediction `json:"prediction,omitempty"`
-	Message    string      `json:"message,omitempty"`
-	CreatedAt  time.Time   `json:"created_at"`
-	UpdatedAt  time.Time   `json:"updated_at"`
-	EndedAt    time.Time   `json:"ended_at,omitzero"`
+	// Reason says why it is in its state (empty when nothing more is to
+	// be said): code decides on it, never on Message.
+	Reason    Reason    `json:"reason,omitempty"`
+	Message   string    `json:"message,omitempty"` // the same for people
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
 }
 
 // Prediction is a forecast of a trial's objective at a later step, made from
@@ -224,7 +204,7 @@ type Event struct {
 	ExperimentID int64     `json:"experiment_id"`
 	TrialID      int64     `json:"trial_id,omitempty"`
 	AttemptID    int64     `json:"attempt_id,omitempty"`
-	Kind         string    `json:"kind"` // e.g. "trial.created", "attempt.started", "attempt.exited"
+	Kind         EventKind `json:"kind"` // one of the Event* kinds
 	Message      string    `json:"message,omitempty"`
 	Time         time.Time `json:"time"`
 }

@@ -71,7 +71,7 @@ func newShowCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "\nevents:\n")
 			}
 			for _, e := range evs[start:] {
-				if e.Kind == "experiment.estimate" {
+				if e.Kind == virga.EventExperimentEstimate {
 					e.Message = "(shown above)"
 				}
 				who := ""
@@ -92,7 +92,7 @@ func newShowCmd(g *globals) *cobra.Command {
 func printEstimateBeside(w io.Writer, v *api.ExperimentView, evs []virga.Event) {
 	var rep *estimateReport
 	for _, e := range evs {
-		if e.Kind == "experiment.estimate" {
+		if e.Kind == virga.EventExperimentEstimate {
 			var r estimateReport
 			if json.Unmarshal([]byte(e.Message), &r) == nil && len(r.Plans) > 0 {
 				rep = &r

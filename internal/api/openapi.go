@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/virga-ml/virga"
 )
 
 // route describes one operation for the OpenAPI document.
@@ -69,6 +71,15 @@ var (
 	tLostCost = map[string]any{"type": "number", "description": "USD of cost that preemptions threw away (run time after the last checkpoint)"}
 )
 
+// enum is the strings of a list of string constants.
+func enum[S ~string](vs []S) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
+}
+
 func schemas() map[string]any {
 	return map[string]any{
 		"Object": tObject,
@@ -79,8 +90,9 @@ func schemas() map[string]any {
 		"Experiment": obj(map[string]any{"id": tInt, "name": tStr, "state": map[string]any{"type": "string",
 			"enum": []string{"ACTIVE", "PAUSED", "STOPPING", "COMPLETED", "STOPPED", "FAILED"}},
 			"spec_file": tStr, "message": tStr, "created_at": tTime, "updated_at": tTime, "ended_at": tTime,
-			"reason": map[string]any{"type": "string", "description": "why it ended (empty while it lives); a FAILED experiment's says whether it had no result or could not go on",
-				"enum": []string{"", "SearchFinished", "StoppedByUser", "BudgetSpent", "AllTrialsFailed", "NoObjectiveReported", "Unschedulable", "Unrecoverable"}}}),
+			"reason": map[string]any{"type": "string", "description": "why it is in its state, a stable word to decide on (message says it for people): " +
+				"why it ended, or why it is paused or stopping (empty while it runs); a FAILED experiment's says whether it had no result or could not go on",
+				"enum": enum(virga.ExperimentReasons())}}),
 		"ExperimentView": map[string]any{"allOf": []any{ref("Experiment"), obj(map[string]any{
 			"objective": obj(map[string]any{"metric": tStr, "direction": tStr}), "max_trials": tInt,
 			"counts": map[string]any{"type": "object", "additionalProperties": tInt}, "best": ref("Trial"), "spec": tStr,
@@ -94,6 +106,9 @@ func schemas() map[string]any {
 			"parent": map[string]any{"type": "integer", "format": "int64",
 				"description": "the trial whose checkpoint parent_checkpoint, taken at parent_step, this trial continued from; absent when it started from scratch"},
 			"parent_checkpoint": tStr, "parent_step": tInt, "prediction": ref("Prediction"),
+			"reason": map[string]any{"type": "string", "description": "why it is in its state, a stable word to decide on (message says it for people); " +
+				"e.g. PausedBySearcher (only the searcher resumes it), Moving (its attempt stops to run elsewhere), BudgetSpent",
+				"enum": enum(virga.TrialReasons())},
 			"message": tStr, "created_at": tTime, "updated_at": tTime, "ended_at": tTime}),
 		"Prediction": map[string]any{"type": "object", "description": "the searcher's forecast of the trial's objective at step horizon, " +
 			"from its learning curve up to step: mean and standard deviation, and the probability of ending better than the best so far",
@@ -108,11 +123,12 @@ func schemas() map[string]any {
 			"created_at": tTime, "started_at": tTime, "ended_at": tTime}),
 		"TrialView": map[string]any{"allOf": []any{ref("Trial"), obj(map[string]any{"attempt_list": list("Attempt"),
 			"cost": tCost, "lost_cost": tLostCost})}},
-		"Metric":          obj(map[string]any{"trial_id": tInt, "attempt_id": tInt, "step": tInt, "values": map[string]any{"type": "object", "additionalProperties": tNum}, "time": tTime}),
-		"MetricList":      list("Metric"),
-		"Checkpoint":      obj(map[string]any{"id": tStr, "trial_id": tInt, "attempt_id": tInt, "step": tInt, "size": tInt, "files": tInt, "time": tTime}),
-		"CheckpointList":  list("Checkpoint"),
-		"Event":           obj(map[string]any{"id": tInt, "experiment_id": tInt, "trial_id": tInt, "attempt_id": tInt, "kind": tStr, "message": tStr, "time": tTime}),
+		"Metric":         obj(map[string]any{"trial_id": tInt, "attempt_id": tInt, "step": tInt, "values": map[string]any{"type": "object", "additionalProperties": tNum}, "time": tTime}),
+		"MetricList":     list("Metric"),
+		"Checkpoint":     obj(map[string]any{"id": tStr, "trial_id": tInt, "attempt_id": tInt, "step": tInt, "size": tInt, "files": tInt, "time": tTime}),
+		"CheckpointList": list("Checkpoint"),
+		"Event": obj(map[string]any{"id": tInt, "experiment_id": tInt, "trial_id": tInt, "attempt_id": tInt,
+			"kind": map[string]any{"type": "string", "enum": enum(virga.EventKinds())}, "message": tStr, "time": tTime}),
 		"EventList":       list("Event"),
 		"BestView":        obj(map[string]any{"objective": tObject, "trial": ref("Trial"), "metrics": ref("Metric"), "checkpoint": ref("Checkpoint")}),
 		"Asked":           obj(map[string]any{"trial": ref("Trial"), "attempt_id": tInt, "token": tStr}),

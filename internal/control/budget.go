@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/virga-ml/virga"
@@ -20,22 +19,9 @@ import (
 //   - at every tick, if what has been spent plus what the running attempts
 //     will cost until a stop could end them (the stop grace and two ticks)
 //     reaches the budget, the experiment stops: its running trials get
-//     SIGTERM (checkpoints are kept) and it ends STOPPED with a message
-//     saying why.
-
-// budgetPrefix starts the message of an experiment stopped by its budget.
-const budgetPrefix = "budget "
-
-// budgetStopped reports whether es is stopping (or stopped) for its budget.
-func budgetStopped(es *expState) bool { return strings.HasPrefix(es.exp.Message, budgetPrefix) }
-
-// stoppedMsg is the message of a trial ended by its experiment's stop.
-func stoppedMsg(es *expState) string {
-	if budgetStopped(es) {
-		return "stopped: the experiment's budget is spent"
-	}
-	return "stopped by user"
-}
+//     SIGTERM (checkpoints are kept) and it ends STOPPED with the reason
+//     BudgetSpent (recorded while it stops, so a restarted server ends it
+//     so too) and a message saying why.
 
 // recoverSpend sums what an experiment's ended attempts cost, after a
 // restart of the server.
@@ -130,8 +116,8 @@ func (c *Controller) budgetFits(es *expState, ts *trialState, res virga.Resource
 	if run > 0 {
 		what = fmt.Sprintf("its next trial (about %s, the mean run so far)", run.Round(time.Second))
 	}
-	return false, fmt.Sprintf("%sof %s reached: %s spent or committed, and %s would cost %s; stopped, checkpoints kept (submit again with a larger budget to go on)",
-		budgetPrefix, fmtUSD(budget), fmtUSD(spent), what, fmtUSD(next))
+	return false, fmt.Sprintf("budget of %s reached: %s spent or committed, and %s would cost %s; stopped, checkpoints kept (submit again with a larger budget to go on)",
+		fmtUSD(budget), fmtUSD(spent), what, fmtUSD(next))
 }
 
 // budgetAllowsNew tells whether es's budget leaves room for one more trial
@@ -172,8 +158,8 @@ func (c *Controller) checkBudgets(it *iteration) {
 		}
 		horizon := now.Add(es.spec.StopGrace.D() + 2*c.cfg.TickInterval)
 		if projected := c.committed(es, horizon, 0); projected >= budget {
-			c.stopForBudget(it, es, fmt.Sprintf("%sof %s reached: %s spent by the time the running trials stop; stopped, checkpoints kept (submit again with a larger budget to go on)",
-				budgetPrefix, fmtUSD(budget), fmtUSD(projected)), now)
+			c.stopForBudget(it, es, fmt.Sprintf("budget of %s reached: %s spent by the time the running trials stop; stopped, checkpoints kept (submit again with a larger budget to go on)",
+				fmtUSD(budget), fmtUSD(projected)), now)
 		}
 	}
 }
@@ -181,17 +167,19 @@ func (c *Controller) checkBudgets(it *iteration) {
 // stopForBudget stops es because of its budget, as a user's stop would,
 // with msg as the reason.
 func (c *Controller) stopForBudget(it *iteration, es *expState, msg string, now time.Time) {
-	es.exp.State, es.exp.Message = virga.ExperimentStopping, msg
+	if !c.setExp(it, es, virga.ExperimentStopping, virga.ReasonBudgetSpent, msg, now) {
+		return
+	}
 	for _, ts := range es.trials {
 		switch {
 		case ts.attempt != nil:
 			c.stopAttempt(it, ts, stopUser)
 		case !ts.t.State.Terminal():
-			c.endTrial(it, ts, virga.TrialStopped, stoppedMsg(es), search.Stopped, now)
+			why, tmsg := stoppedBy(es)
+			c.endTrial(it, ts, virga.TrialStopped, why, tmsg, search.Stopped, now)
 		}
 	}
-	it.touchExp(es)
-	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment.budget", Message: msg, Time: now})
+	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: virga.EventExperimentBudget, Message: msg, Time: now})
 	c.maybeFinish(it, es)
 }
 

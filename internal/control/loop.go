@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/virga-ml/virga"
@@ -328,7 +327,7 @@ func (c *Controller) handleEvent(it *iteration, ev backend.Event) {
 				a.StartedAt = ev.Time
 			}
 			it.b.Attempts = append(it.b.Attempts, a)
-			it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: ts.t.ID, AttemptID: a.ID, Kind: "attempt.started",
+			it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: ts.t.ID, AttemptID: a.ID, Kind: virga.EventAttemptStarted,
 				Message: "pid " + strconv.Itoa(ev.PID), Time: ev.Time})
 		}
 		if ts.stopping != notStopping {
@@ -392,7 +391,7 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	}
 	c.settleCost(ts, a)
 	it.b.Attempts = append(it.b.Attempts, a)
-	it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: "attempt.exited",
+	it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: virga.EventAttemptExited,
 		Message: describeExit(a), Time: ev.Time})
 	it.touchTrial(ts)
 
@@ -401,11 +400,11 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	switch {
 	case reason == stopPause && es.exp.State == virga.ExperimentActive:
 		// Resumed before the paused attempt ended: go on from its checkpoint.
-		t.State, t.Message = virga.TrialQueued, "resumed by user"
+		c.setTrial(it, ts, virga.TrialQueued, virga.ReasonResumedByUser, "resumed by user", ev.Time)
 	case reason == stopPause:
-		t.State, t.Message = virga.TrialPaused, pausedByUser
+		c.setTrial(it, ts, virga.TrialPaused, virga.ReasonPausedByUser, pausedByUser, ev.Time)
 	case reason == stopSearchPause:
-		t.State, t.Message = virga.TrialPaused, pausedBySearcher
+		c.setTrial(it, ts, virga.TrialPaused, virga.ReasonPausedBySearcher, pausedBySearcher, ev.Time)
 		if pa, ok := es.searcher.(search.PauseAware); ok {
 			pa.Paused(t.ID) // from now on it may be promoted
 			es.dirty = true
@@ -416,16 +415,16 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 		// Stopped to run elsewhere (or to wait): the policy places it again.
 		c.afterMove(it, ts, a, ev.Time)
 	case reason == stopEarly || reason == stopUser:
-		msg := "stopped early by the searcher"
+		why, msg := virga.ReasonStoppedEarly, "stopped early by the searcher"
 		if reason == stopUser {
-			msg = stoppedMsg(es)
+			why, msg = stoppedBy(es)
 		}
-		c.endTrial(it, ts, virga.TrialStopped, msg, search.Stopped, ev.Time)
+		c.endTrial(it, ts, virga.TrialStopped, why, msg, search.Stopped, ev.Time)
 	case a.Outcome == virga.OutcomeSucceeded:
-		c.endTrial(it, ts, virga.TrialCompleted, "", search.Completed, ev.Time)
+		c.endTrial(it, ts, virga.TrialCompleted, virga.ReasonSucceeded, "", search.Completed, ev.Time)
 	case noCapacity:
 		// Wait for the next tick before trying again, not in a hot loop.
-		t.State, t.Message = virga.TrialQueued, "waiting for capacity"
+		c.setTrial(it, ts, virga.TrialQueued, virga.ReasonWaitingForCapacity, "waiting for capacity", ev.Time)
 		ts.notBefore = ev.Time.Add(c.cfg.TickInterval)
 	case (a.Outcome == virga.OutcomeLost || a.Outcome == virga.OutcomePreempted) && es.exp.State != virga.ExperimentActive:
 		c.afterStopWhileInactive(it, ts, ev.Time)
@@ -436,18 +435,20 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 		// checkpoint while restarts remain. Lost attempts are not the trial's fault.
 		if a.Outcome != virga.OutcomeLost {
 			if t.Restarts >= es.spec.MaxRestarts {
-				c.endTrial(it, ts, virga.TrialFailed, fmt.Sprintf("failed %d times; last: %s", t.Restarts+1, describeExit(a)), search.Failed, ev.Time)
+				c.endTrial(it, ts, virga.TrialFailed, virga.ReasonRestartsExhausted,
+					fmt.Sprintf("failed %d times; last: %s", t.Restarts+1, describeExit(a)), search.Failed, ev.Time)
 				break
 			}
 			t.Restarts++
 		}
 		if es.exp.State == virga.ExperimentStopping {
-			c.endTrial(it, ts, virga.TrialStopped, stoppedMsg(es), search.Stopped, ev.Time)
+			why, msg := stoppedBy(es)
+			c.endTrial(it, ts, virga.TrialStopped, why, msg, search.Stopped, ev.Time)
 			break
 		}
-		t.State = virga.TrialQueued
-		t.Message = "restarting from " + ckptName(t.Checkpoint) + " after " + describeExit(a)
-		it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, Kind: "trial.restarting", Message: t.Message, Time: ev.Time})
+		msg := "restarting from " + ckptName(t.Checkpoint) + " after " + describeExit(a)
+		c.setTrial(it, ts, virga.TrialQueued, virga.ReasonRestarting, msg, ev.Time)
+		it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, Kind: virga.EventTrialRestarting, Message: msg, Time: ev.Time})
 	}
 	c.maybeFinish(it, es)
 }
@@ -456,18 +457,12 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 // experiment was pausing or stopping.
 func (c *Controller) afterStopWhileInactive(it *iteration, ts *trialState, now time.Time) {
 	if ts.exp.exp.State == virga.ExperimentStopping {
-		c.endTrial(it, ts, virga.TrialStopped, stoppedMsg(ts.exp), search.Stopped, now)
+		why, msg := stoppedBy(ts.exp)
+		c.endTrial(it, ts, virga.TrialStopped, why, msg, search.Stopped, now)
 		return
 	}
-	ts.t.State, ts.t.Message = virga.TrialPaused, pausedByUser
+	c.setTrial(it, ts, virga.TrialPaused, virga.ReasonPausedByUser, pausedByUser, now)
 }
-
-const (
-	pausedByUser       = "paused by user"
-	pausedBySearcher   = "paused by the searcher"
-	pausingBySearcher  = "pausing: the searcher paused it at this step"
-	stoppingBySearcher = "stopping: the searcher stopped it early"
-)
 
 func ckptName(id string) string {
 	if id == "" {
@@ -510,15 +505,16 @@ func describeExit(a *virga.Attempt) string {
 	return string(a.Outcome)
 }
 
-// endTrial moves a trial to a terminal state and tells its searcher.
-func (c *Controller) endTrial(it *iteration, ts *trialState, state virga.TrialState, msg string, out search.Outcome, now time.Time) {
+// endTrial moves a trial to a terminal state for reason and tells its searcher.
+func (c *Controller) endTrial(it *iteration, ts *trialState, state virga.TrialState, reason virga.Reason, msg string, out search.Outcome, now time.Time) {
 	t := ts.t
-	t.State, t.Message, t.EndedAt = state, msg, now
+	if !c.setTrial(it, ts, state, reason, msg, now) {
+		return
+	}
 	ts.exp.searcher.Ended(t.ID, out)
 	ts.exp.dirty = true
-	it.touchTrial(ts)
 	it.touchExp(ts.exp)
-	it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: t.ID, Kind: "trial." + strings.ToLower(string(state)), Message: msg, Time: now})
+	it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: t.ID, Kind: state.EndEvent(), Message: msg, Time: now})
 }
 
 // maybeFinish ends an experiment once nothing of it lives.
@@ -535,7 +531,7 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 	switch es.exp.State {
 	case virga.ExperimentStopping:
 		reason, msg := virga.ReasonStoppedByUser, "stopped by user"
-		if budgetStopped(es) {
+		if es.exp.Reason == virga.ReasonBudgetSpent {
 			reason, msg = virga.ReasonBudgetSpent, es.exp.Message
 		}
 		c.finishExperiment(it, es, virga.ExperimentStopped, reason, msg, now)
@@ -551,7 +547,7 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 		// The search is over: trials it paused and did not promote end here.
 		for _, ts := range es.trials {
 			if !ts.t.State.Terminal() {
-				c.endTrial(it, ts, virga.TrialStopped, "not promoted by the searcher", search.Stopped, now)
+				c.endTrial(it, ts, virga.TrialStopped, virga.ReasonNotPromoted, "not promoted by the searcher", search.Stopped, now)
 			}
 		}
 		ts := make([]*virga.Trial, len(es.trials))
@@ -567,7 +563,7 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 // trials: COMPLETED when it has a result, some trial that reported the
 // objective metric, unless every trial failed; FAILED otherwise, with the
 // reason that says which and a message that says what to look at.
-func searchEnd(trials []*virga.Trial, metric string) (virga.ExperimentState, virga.ExperimentReason, string) {
+func searchEnd(trials []*virga.Trial, metric string) (virga.ExperimentState, virga.Reason, string) {
 	failed, reported := 0, 0
 	var lastFailed *virga.Trial
 	for _, t := range trials {
@@ -603,16 +599,11 @@ func searchEnd(trials []*virga.Trial, metric string) (virga.ExperimentState, vir
 	return virga.ExperimentCompleted, virga.ReasonSearchFinished, ""
 }
 
-// pausedBySearch reports whether the searcher paused a trial (and only the
-// searcher may resume it).
-func pausedBySearch(ts *trialState) bool {
-	return ts.t.State == virga.TrialPaused && ts.t.Message == pausedBySearcher && ts.attempt == nil
-}
-
-func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.ExperimentState, reason virga.ExperimentReason, msg string, now time.Time) {
-	es.exp.State, es.exp.Reason, es.exp.Message, es.exp.EndedAt = state, reason, msg, now
-	it.touchExp(es)
-	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment." + strings.ToLower(string(state)), Message: msg, Time: now})
+func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.ExperimentState, reason virga.Reason, msg string, now time.Time) {
+	if !c.setExp(it, es, state, reason, msg, now) {
+		return
+	}
+	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: state.EndEvent(), Message: msg, Time: now})
 	delete(c.exps, es.exp.ID)
 	for _, ts := range es.trials {
 		delete(c.trials, ts.t.ID)
@@ -629,7 +620,7 @@ func (c *Controller) checkTimeouts(it *iteration) {
 		if now.Sub(ts.started) > d {
 			ts.stopping = stopTimeout
 			a := ts.attempt
-			it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: ts.t.ID, AttemptID: a.ID, Kind: "attempt.timeout",
+			it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: ts.t.ID, AttemptID: a.ID, Kind: virga.EventAttemptTimeout,
 				Message: "ran longer than " + d.String(), Time: now})
 			grace := ts.exp.spec.StopGrace.D()
 			it.after = append(it.after, func() { _ = c.cfg.Backend.Stop(a.ID, grace) })
@@ -760,20 +751,22 @@ func (c *Controller) propose(it *iteration, es *expState, running int) *trialSta
 			c.log.Error("searcher asked to resume a trial that cannot be resumed", "experiment", es.exp.ID, "trial", p.Resume)
 			return nil
 		}
-		ts.t.State, ts.t.Message = virga.TrialQueued, "resumed by the searcher"
-		it.touchTrial(ts)
+		if !c.setTrial(it, ts, virga.TrialQueued, virga.ReasonResumedBySearcher, "resumed by the searcher", c.now()) {
+			return nil
+		}
 		return ts
 	}
 	now := c.now()
 	ts := &trialState{exp: es, t: &virga.Trial{
-		ExperimentID: es.exp.ID, Seq: len(es.trials) + 1, Request: p.ID, State: virga.TrialQueued,
-		HParams: p.HParams, CreatedAt: now,
+		ExperimentID: es.exp.ID, Seq: len(es.trials) + 1, Request: p.ID, HParams: p.HParams, CreatedAt: now,
 	}}
+	if !c.setTrial(it, ts, virga.TrialQueued, virga.ReasonNone, "", now) {
+		return nil
+	}
 	if p.Parent != 0 {
 		c.inherit(ts, p.Parent)
 	}
 	es.trials = append(es.trials, ts)
-	it.touchTrial(ts)
 	return ts
 }
 
@@ -831,7 +824,7 @@ func (l *launch) fill(c *Controller) {
 	a, t := l.ts.attempt, l.ts.t
 	l.la.attemptID, l.la.trialID = a.ID, t.ID
 	c.pendingEvents = append(c.pendingEvents, &virga.Event{ExperimentID: t.ExperimentID, TrialID: t.ID, AttemptID: a.ID,
-		Kind: "attempt.created", Message: "attempt " + strconv.Itoa(a.Number) + " from " + ckptName(a.Restored), Time: a.CreatedAt})
+		Kind: virga.EventAttemptCreated, Message: "attempt " + strconv.Itoa(a.Number) + " from " + ckptName(a.Restored), Time: a.CreatedAt})
 	if a.Backend == apiBackend {
 		return
 	}
@@ -858,9 +851,10 @@ func (c *Controller) createAttempts(it *iteration, trials []*trialState) []launc
 		if _, asked := it.asks[ts]; asked {
 			a.Backend, a.State, a.StartedAt = apiBackend, virga.AttemptRunning, now
 		}
+		if !c.setTrial(it, ts, virga.TrialRunning, virga.ReasonNone, "", now) {
+			continue
+		}
 		t.Attempts = n
-		t.State = virga.TrialRunning
-		t.Message = ""
 		ts.attempt = a
 		ts.started = now
 		ts.alive = time.Time{}

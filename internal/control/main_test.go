@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	case os.Getenv(trialEnv) == "1":
 		os.Exit(trialMain())
 	}
-	os.Exit(m.Run())
+	os.Exit(runRefusingIllegalTransitions(m))
 }
 
 // shimCommand runs this test binary as the shim. The variable is set for

@@ -165,7 +165,8 @@ func (c *Controller) afterPreempted(it *iteration, ts *trialState, a *virga.Atte
 	if ts.fruitless > maxFruitlessPreemptions {
 		why := fmt.Sprintf("preempted %d times in a row without saving a new checkpoint (last by %s)", ts.fruitless, pool)
 		if t.Restarts >= es.spec.MaxRestarts {
-			c.endTrial(it, ts, virga.TrialFailed, why+"; checkpoint more often or use capacity that is not preemptible", search.Failed, now)
+			c.endTrial(it, ts, virga.TrialFailed, virga.ReasonPreemptedWithoutProgress,
+				why+"; checkpoint more often or use capacity that is not preemptible", search.Failed, now)
 			return
 		}
 		t.Restarts++
@@ -173,7 +174,7 @@ func (c *Controller) afterPreempted(it *iteration, ts *trialState, a *virga.Atte
 	if ts.fruitless >= 2 {
 		ts.notBefore = now.Add(c.cfg.TickInterval)
 	}
-	t.State = virga.TrialQueued
-	t.Message = "preempted: " + pool + " reclaimed its capacity; resuming from " + ckptName(t.Checkpoint)
-	it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: "trial.preempted", Message: t.Message, Time: now})
+	msg := "preempted: " + pool + " reclaimed its capacity; resuming from " + ckptName(t.Checkpoint)
+	c.setTrial(it, ts, virga.TrialQueued, virga.ReasonPreempted, msg, now)
+	it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: virga.EventTrialPreempted, Message: msg, Time: now})
 }

@@ -273,12 +273,12 @@ func TestPreemptedTrialResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kinds []string
+	var kinds []virga.EventKind
 	for _, ev := range evs {
-		if ev.Kind == "trial.preempted" && strings.Contains(ev.Message, "pool spot reclaimed its capacity") && strings.Contains(ev.Message, ckpt[:12]) {
+		if ev.Kind == virga.EventTrialPreempted && strings.Contains(ev.Message, "pool spot reclaimed its capacity") && strings.Contains(ev.Message, ckpt[:12]) {
 			kinds = append(kinds, ev.Kind)
 		}
-		if ev.Kind == "attempt.exited" && ev.AttemptID == s.AttemptID && !strings.Contains(ev.Message, "preempted: pool spot reclaimed its capacity (signal killed)") {
+		if ev.Kind == virga.EventAttemptExited && ev.AttemptID == s.AttemptID && !strings.Contains(ev.Message, "preempted: pool spot reclaimed its capacity (signal killed)") {
 			t.Errorf("attempt.exited says %q, want the pool and the signal", ev.Message)
 		}
 	}

@@ -43,10 +43,6 @@ type PoolInfo struct {
 	Stats schedule.PoolStats
 }
 
-// movingPrefix starts the message of a trial the policy is moving (it is
-// recognised after a restart of the server, see recover).
-const movingPrefix = "moving "
-
 // expPolicyState is what the loop keeps of an experiment for its policy.
 type expPolicyState struct {
 	// committed is schedule.Experiment.Committed: the safety net fired at
@@ -406,7 +402,7 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 		es.pol.late = true
 		msg := fmt.Sprintf("the deadline cannot be met even on on-demand capacity: about %s of work left at %d at a time, earliest finish about %s (deadline %s)",
 			need.Round(time.Minute), e.Lanes, now.Add(need).UTC().Format(time.RFC3339), es.exp.CreatedAt.Add(e.Deadline).UTC().Format(time.RFC3339))
-		it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment.late", Message: msg, Time: now})
+		it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: virga.EventExperimentLate, Message: msg, Time: now})
 		c.log.Warn(msg, "experiment", es.exp.ID)
 	}
 	e.Committed = e.Committed || e.MustOnDemand()
@@ -483,9 +479,10 @@ func (c *Controller) move(it *iteration, es *expState, ts *trialState, e *schedu
 		ts.moveTo = e.Pools[to].Name
 	}
 	t := ts.t
-	t.Message = msg
-	it.touchTrial(ts)
-	it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: ts.attempt.ID, Kind: "trial.moving", Message: msg, Time: now})
+	if !c.setTrial(it, ts, virga.TrialRunning, virga.ReasonMoving, msg, now) {
+		return
+	}
+	it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: ts.attempt.ID, Kind: virga.EventTrialMoving, Message: msg, Time: now})
 	c.stopAttempt(it, ts, stopMove)
 }
 
@@ -494,7 +491,7 @@ func (c *Controller) move(it *iteration, es *expState, ts *trialState, e *schedu
 // latest checkpoint where the policy places it, without counting a restart.
 func (c *Controller) afterMove(it *iteration, ts *trialState, a *virga.Attempt, now time.Time) {
 	t := ts.t
-	t.State = virga.TrialQueued
-	t.Message = "moved off pool " + a.Pool + "; resuming from " + ckptName(t.Checkpoint)
-	it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: "trial.moved", Message: t.Message, Time: now})
+	msg := "moved off pool " + a.Pool + "; resuming from " + ckptName(t.Checkpoint)
+	c.setTrial(it, ts, virga.TrialQueued, virga.ReasonMoved, msg, now)
+	it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: virga.EventTrialMoved, Message: msg, Time: now})
 }

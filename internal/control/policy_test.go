@@ -218,7 +218,7 @@ func TestPolicyMovesRunningTrial(t *testing.T) {
 	}
 	moving := false
 	for _, ev := range evs {
-		moving = moving || ev.Kind == "trial.moving" && ev.Message == tr.Message
+		moving = moving || ev.Kind == virga.EventTrialMoving && ev.Message == tr.Message
 	}
 	if !moving {
 		t.Errorf("no trial.moving event among %+v", evs)
@@ -301,7 +301,7 @@ func TestPolicyMoveAcrossRestart(t *testing.T) {
 	}
 	moves := 0
 	for _, ev := range evs {
-		if ev.Kind == "trial.moving" {
+		if ev.Kind == virga.EventTrialMoving {
 			moves++
 		}
 	}
@@ -373,7 +373,7 @@ func TestPolicySaysWhenTheDeadlineCannotBeMet(t *testing.T) {
 		}
 		var msgs []string
 		for _, ev := range evs {
-			if ev.Kind == "experiment.late" {
+			if ev.Kind == virga.EventExperimentLate {
 				msgs = append(msgs, ev.Message)
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/virga-ml/virga"
@@ -191,7 +190,9 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		}
 		if err != nil {
 			// The spec was valid when submitted; a newer Virga may disagree.
-			exp.State, exp.Reason, exp.Message, exp.EndedAt = virga.ExperimentFailed, virga.ReasonUnrecoverable, "cannot be recovered: "+err.Error(), now
+			if terr := exp.Transition(virga.ExperimentFailed, virga.ReasonUnrecoverable, "cannot be recovered: "+err.Error(), now); terr != nil {
+				return nil, terr // the listing holds only live experiments
+			}
 			it.b.Experiments = append(it.b.Experiments, exp)
 			continue
 		}
@@ -279,20 +280,7 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		}
 		c.setLive(la)
 		c.startedSeen[a.ID] = true
-		// The reasons rank as when the loop stops an attempt (stopAttempt):
-		// a user's stop overrides all, a searcher's decision a user's pause.
-		switch {
-		case ts.exp.exp.State == virga.ExperimentStopping:
-			ts.stopping = stopUser
-		case ts.t.Message == pausingBySearcher:
-			ts.stopping = stopSearchPause
-		case ts.t.Message == stoppingBySearcher:
-			ts.stopping = stopEarly
-		case ts.exp.exp.State == virga.ExperimentPaused:
-			ts.stopping = stopPause
-		case strings.HasPrefix(ts.t.Message, movingPrefix):
-			ts.stopping = stopMove // a move in flight: it waits again once stopped
-		}
+		ts.stopping = recoveredStop(ts)
 		if a.Backend == apiBackend {
 			continue
 		}
@@ -309,7 +297,7 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		if ts.stopping != notStopping {
 			_ = c.cfg.Backend.Stop(a.ID, ts.exp.spec.StopGrace.D())
 		}
-		it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: a.TrialID, AttemptID: a.ID, Kind: "attempt.adopted", Time: now})
+		it.event(&virga.Event{ExperimentID: ts.exp.exp.ID, TrialID: a.TrialID, AttemptID: a.ID, Kind: virga.EventAttemptAdopted, Time: now})
 	}
 	// Every live attempt is the backend's now: what it finds of any other
 	// (a job submitted as the last server died, for an attempt settled
@@ -320,8 +308,7 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 	// Trials marked running whose attempt never got committed wait again.
 	for _, ts := range c.trials {
 		if ts.t.State == virga.TrialRunning && ts.attempt == nil {
-			ts.t.State, ts.t.Message = virga.TrialQueued, "requeued after a server restart"
-			it.touchTrial(ts)
+			c.setTrial(it, ts, virga.TrialQueued, virga.ReasonRequeued, "requeued after a server restart", now)
 		}
 	}
 	return it, nil

@@ -266,7 +266,7 @@ func checkRehearsal(t *testing.T, h *harness, e *virga.Experiment, out string, r
 	}
 	found := false
 	for _, ev := range evs {
-		found = found || ev.Kind == "trial.preempted" && strings.Contains(ev.Message, "pool spot reclaimed its capacity")
+		found = found || ev.Kind == virga.EventTrialPreempted && strings.Contains(ev.Message, "pool spot reclaimed its capacity")
 	}
 	if !found {
 		t.Errorf("no trial.preempted event naming pool spot in %+v", evs)
@@ -314,7 +314,7 @@ func TestRehearsedPreemptionAcrossRestart(t *testing.T) {
 	}
 	adopted := false
 	for _, ev := range evs {
-		adopted = adopted || ev.Kind == "attempt.adopted"
+		adopted = adopted || ev.Kind == virga.EventAttemptAdopted
 	}
 	if !adopted {
 		t.Error("no attempt.adopted event: the second server did not adopt the attempt")

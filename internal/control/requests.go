@@ -68,11 +68,14 @@ func (c *Controller) handleSubmit(it *iteration, r *submitReq) {
 		return
 	}
 	now := c.now()
-	exp := &virga.Experiment{Name: r.spec.Name, State: virga.ExperimentActive, Spec: r.data, SpecFile: r.file,
-		SearcherState: snap, CreatedAt: now, UpdatedAt: now}
+	exp := &virga.Experiment{Name: r.spec.Name, Spec: r.data, SpecFile: r.file, SearcherState: snap, CreatedAt: now, UpdatedAt: now}
+	if err := exp.Transition(virga.ExperimentActive, virga.ReasonNone, "", now); err != nil {
+		r.reply <- result[*virga.Experiment]{err: err}
+		return
+	}
 	es := &expState{exp: exp, spec: r.spec, searcher: s}
 	it.b.Experiments = append(it.b.Experiments, exp)
-	ev := &virga.Event{Kind: "experiment.created", Message: fmt.Sprintf("%s (seed %d)", r.file, seed), Time: now}
+	ev := &virga.Event{Kind: virga.EventExperimentCreated, Message: fmt.Sprintf("%s (seed %d)", r.file, seed), Time: now}
 	it.after = append(it.after, func() {
 		c.exps[exp.ID] = es
 		e := *exp
@@ -83,7 +86,7 @@ func (c *Controller) handleSubmit(it *iteration, r *submitReq) {
 		ev.ExperimentID = exp.ID
 		c.pendingEvents = append(c.pendingEvents, ev)
 		if len(r.estimate) > 0 {
-			c.pendingEvents = append(c.pendingEvents, &virga.Event{ExperimentID: exp.ID, Kind: "experiment.estimate", Message: string(r.estimate), Time: now})
+			c.pendingEvents = append(c.pendingEvents, &virga.Event{ExperimentID: exp.ID, Kind: virga.EventExperimentEstimate, Message: string(r.estimate), Time: now})
 		}
 	})
 	it.again = true
@@ -251,14 +254,16 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		// The decision is written with the trial (and with the searcher's
 		// snapshot that made it), so that a restarted server still knows
 		// why the process is exiting.
-		ts.stopping, t.Message = stopEarly, stoppingBySearcher
+		ts.stopping = stopEarly
+		why, msg := virga.ReasonStoppingEarly, stoppingBySearcher
 		if d == search.Pause {
-			ts.stopping, t.Message = stopSearchPause, pausingBySearcher
+			ts.stopping = stopSearchPause
+			why, msg = virga.ReasonPausingBySearcher, pausingBySearcher
 		}
-		it.touchTrial(ts)
+		c.setTrial(it, ts, virga.TrialRunning, why, msg, r.time)
 		a := ts.attempt
 		grace := es.spec.StopGrace.D()
-		it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: "trial.decision",
+		it.event(&virga.Event{ExperimentID: es.exp.ID, TrialID: t.ID, AttemptID: a.ID, Kind: virga.EventTrialDecision,
 			Message: fmt.Sprintf("%s at step %d", d, r.rep.Step), Time: r.time})
 		if a.Backend != apiBackend {
 			it.after = append(it.after, func() { _ = c.cfg.Backend.Stop(a.ID, grace) })
@@ -367,43 +372,48 @@ func (c *Controller) handleOp(it *iteration, r *opReq) {
 	}
 	now := c.now()
 	prev := es.exp.State
+	var kind virga.EventKind
 	switch r.op {
 	case OpStop:
-		es.exp.State, es.exp.Message = virga.ExperimentStopping, "stopping at user request"
+		kind = virga.EventExperimentStop
+		if !c.setExp(it, es, virga.ExperimentStopping, virga.ReasonStoppedByUser, "stopping at user request", now) {
+			r.reply <- result[*virga.Experiment]{err: fmt.Errorf("experiment %d is %s: %w", r.id, prev, virga.ErrConflict)}
+			return
+		}
 		for _, ts := range es.trials {
 			switch {
 			case ts.attempt != nil:
 				c.stopAttempt(it, ts, stopUser)
 			case !ts.t.State.Terminal():
-				c.endTrial(it, ts, virga.TrialStopped, "stopped by user", search.Stopped, now)
+				c.endTrial(it, ts, virga.TrialStopped, virga.ReasonStoppedByUser, "stopped by user", search.Stopped, now)
 			}
 		}
 	case OpPause:
+		kind = virga.EventExperimentPause
 		if prev != virga.ExperimentActive {
 			r.reply <- result[*virga.Experiment]{err: fmt.Errorf("experiment %d is %s, not ACTIVE: %w", r.id, prev, virga.ErrConflict)}
 			return
 		}
-		es.exp.State, es.exp.Message = virga.ExperimentPaused, "paused by user"
+		c.setExp(it, es, virga.ExperimentPaused, virga.ReasonPausedByUser, "paused by user", now)
 		for _, ts := range es.trials {
 			if ts.attempt != nil {
 				c.stopAttempt(it, ts, stopPause)
 			}
 		}
 	case OpResume:
+		kind = virga.EventExperimentResume
 		if prev != virga.ExperimentPaused {
 			r.reply <- result[*virga.Experiment]{err: fmt.Errorf("experiment %d is %s, not PAUSED: %w", r.id, prev, virga.ErrConflict)}
 			return
 		}
-		es.exp.State, es.exp.Message = virga.ExperimentActive, ""
+		c.setExp(it, es, virga.ExperimentActive, virga.ReasonNone, "", now)
 		for _, ts := range es.trials {
-			if ts.t.State == virga.TrialPaused && ts.t.Message == pausedByUser {
-				ts.t.State, ts.t.Message = virga.TrialQueued, "resumed by user"
-				it.touchTrial(ts)
+			if ts.t.State == virga.TrialPaused && ts.t.Reason == virga.ReasonPausedByUser {
+				c.setTrial(it, ts, virga.TrialQueued, virga.ReasonResumedByUser, "resumed by user", now)
 			}
 		}
 	}
-	it.touchExp(es)
-	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: "experiment." + string(r.op), Message: "user request", Time: now})
+	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: kind, Message: "user request", Time: now})
 	c.maybeFinish(it, es)
 	it.after = append(it.after, func() {
 		e := *es.exp

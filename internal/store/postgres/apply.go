@@ -114,7 +114,7 @@ func (q *queue) exec(what string, sql string, args ...any) {
 const (
 	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at, reason`
 	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
-	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction`
+	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction, reason`
 	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
 	created_at, started_at, ended_at, pool, cost, lost_cost`
 )
@@ -151,24 +151,24 @@ func (q *queue) trial(t *virga.Trial) error {
 		args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.HParams(t.HParams),
 			t.Attempts, t.Restarts, t.Step, column.Float(t.Latest), column.Float(t.Best), t.BestStep, t.Checkpoint, t.Message,
 			enc.Time("created_at", t.CreatedAt), enc.Time("updated_at", t.UpdatedAt), enc.Time("ended_at", t.EndedAt),
-			t.Parent, t.ParentCheckpoint, t.ParentStep, enc.Prediction(t.Prediction)}
+			t.Parent, t.ParentCheckpoint, t.ParentStep, enc.Prediction(t.Prediction), string(t.Reason)}
 		if enc.Err != nil {
 			return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.Err)
 		}
 		q.insert(what, &t.ID, `INSERT INTO trials (`+trialCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) RETURNING id`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) RETURNING id`,
 			args...)
 		return nil
 	}
 	args := []any{string(t.State), t.Attempts, t.Restarts, t.Step, column.Float(t.Latest), column.Float(t.Best),
 		t.BestStep, t.Checkpoint, t.Message, enc.Time("updated_at", t.UpdatedAt), enc.Time("ended_at", t.EndedAt),
-		enc.Prediction(t.Prediction), t.ID}
+		enc.Prediction(t.Prediction), string(t.Reason), t.ID}
 	if enc.Err != nil {
 		return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.Err)
 	}
 	q.update(what, t.ID, `UPDATE trials SET state = $1, attempts = $2, restarts = $3, step = $4, latest = $5,
 		best = $6, best_step = $7, checkpoint = $8, message = $9, updated_at = $10, ended_at = $11,
-		prediction = $12 WHERE id = $13`, args...)
+		prediction = $12, reason = $13 WHERE id = $14`, args...)
 	return nil
 }
 
@@ -292,16 +292,16 @@ func (q *queue) metrics(ms []virga.Metric) error {
 
 func (q *queue) event(e *virga.Event) error {
 	var enc column.Encoder
-	args := []any{e.ExperimentID, e.TrialID, e.AttemptID, e.Kind, e.Message, enc.Time("time", e.Time)}
+	args := []any{e.ExperimentID, e.TrialID, e.AttemptID, string(e.Kind), e.Message, enc.Time("time", e.Time)}
 	if enc.Err != nil {
 		return fmt.Errorf("event %s: %w", e.Kind, enc.Err)
 	}
 	if e.ID == 0 {
-		q.insert("event "+e.Kind, &e.ID, `INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time)
+		q.insert("event "+string(e.Kind), &e.ID, `INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time)
 			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, args...)
 		return nil
 	}
-	q.update("event "+e.Kind, e.ID, `UPDATE events SET experiment_id = $1, trial_id = $2, attempt_id = $3,
+	q.update("event "+string(e.Kind), e.ID, `UPDATE events SET experiment_id = $1, trial_id = $2, attempt_id = $3,
 		kind = $4, message = $5, time = $6 WHERE id = $7`, append(args, e.ID)...)
 	return nil
 }

@@ -106,7 +106,39 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("Close: %v", err)
 			}
 			return open(t, u.(string))
-		}))
+		}),
+		storetest.WithOldSchema(oldSchema))
+}
+
+// oldSchema builds a schema at version as an older Virga left it, runs
+// stmts in it, and opens it (migrating it).
+func oldSchema(t *testing.T, version int, stmts []string) store.Store {
+	t.Helper()
+	ctx := context.Background()
+	u := freshSchema(t)
+	ms, err := migrations.List(migrations.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version > len(ms) {
+		t.Fatalf("version %d: there are %d PostgreSQL migrations", version, len(ms))
+	}
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []string{`CREATE TABLE schema_version (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)`}
+	for _, m := range ms[:version] {
+		all = append(all, m.SQL, fmt.Sprintf(`INSERT INTO schema_version (version, applied_at) VALUES (%d, 0)`, m.Version))
+	}
+	for _, q := range append(all, stmts...) {
+		if _, err := c.Exec(ctx, q); err != nil {
+			c.Close(ctx)
+			t.Fatalf("building the version-%d schema: %.80q...: %v", version, q, err)
+		}
+	}
+	c.Close(ctx)
+	return open(t, u)
 }
 
 // TestSearchPath checks that the tables go to the schema named in the URL's

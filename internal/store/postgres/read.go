@@ -69,7 +69,7 @@ func scanExperiment(r pgx.Row) (*virga.Experiment, error) {
 		&created, &updated, &ended, &reason); err != nil {
 		return nil, err
 	}
-	e.State, e.Reason = virga.ExperimentState(state), virga.ExperimentReason(reason)
+	e.State, e.Reason = virga.ExperimentState(state), virga.Reason(reason)
 	e.Spec, e.SearcherState = column.DecBytes(e.Spec), column.DecBytes(e.SearcherState)
 	e.CreatedAt, e.UpdatedAt, e.EndedAt = column.DecTime(created), column.DecTime(updated), column.DecTime(ended)
 	return &e, nil
@@ -99,17 +99,17 @@ func (s *Store) Experiments(ctx context.Context, f store.ExperimentFilter) ([]*v
 
 func scanTrial(r pgx.Row) (*virga.Trial, error) {
 	var t virga.Trial
-	var state, hp string
+	var state, hp, reason string
 	var seq, attempts, restarts int64
 	var created, updated, ended *int64
 	var pred *string
 	if err := r.Scan(&t.ID, &t.ExperimentID, &seq, &t.Request, &state, &hp, &attempts, &restarts,
 		&t.Step, &t.Latest, &t.Best, &t.BestStep, &t.Checkpoint, &t.Message, &created, &updated, &ended,
-		&t.Parent, &t.ParentCheckpoint, &t.ParentStep, &pred); err != nil {
+		&t.Parent, &t.ParentCheckpoint, &t.ParentStep, &pred, &reason); err != nil {
 		return nil, err
 	}
 	t.Seq, t.Attempts, t.Restarts = int(seq), int(attempts), int(restarts)
-	t.State = virga.TrialState(state)
+	t.State, t.Reason = virga.TrialState(state), virga.Reason(reason)
 	t.CreatedAt, t.UpdatedAt, t.EndedAt = column.DecTime(created), column.DecTime(updated), column.DecTime(ended)
 	var err error
 	if t.HParams, err = column.DecHParams(hp); err != nil {
@@ -219,10 +219,11 @@ func (s *Store) Checkpoints(ctx context.Context, trialID int64) ([]virga.Checkpo
 func scanEvent(r pgx.Row) (virga.Event, error) {
 	var e virga.Event
 	var tm *int64
-	if err := r.Scan(&e.ID, &e.ExperimentID, &e.TrialID, &e.AttemptID, &e.Kind, &e.Message, &tm); err != nil {
+	var kind string
+	if err := r.Scan(&e.ID, &e.ExperimentID, &e.TrialID, &e.AttemptID, &kind, &e.Message, &tm); err != nil {
 		return e, err
 	}
-	e.Time = column.DecTime(tm)
+	e.Kind, e.Time = virga.EventKind(kind), column.DecTime(tm)
 	return e, nil
 }
 

@@ -181,7 +181,7 @@ func (w *writer) upsert(what string, id *int64, insert, update *sql.Stmt, insert
 const (
 	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at, reason`
 	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
-	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction`
+	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction, reason`
 	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
 	created_at, started_at, ended_at, pool, cost, lost_cost`
 )
@@ -193,9 +193,9 @@ const (
 	updateExperiment = `UPDATE experiments SET state = ?, searcher_state = ?, message = ?, updated_at = ?,
 		ended_at = ?, reason = ? WHERE id = ?`
 	insertTrial = `INSERT INTO trials (` + trialCols + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateTrial = `UPDATE trials SET state = ?, attempts = ?, restarts = ?, step = ?, latest = ?, best = ?,
-		best_step = ?, checkpoint = ?, message = ?, updated_at = ?, ended_at = ?, prediction = ? WHERE id = ?`
+		best_step = ?, checkpoint = ?, message = ?, updated_at = ?, ended_at = ?, prediction = ?, reason = ? WHERE id = ?`
 	insertAttempt = `INSERT INTO attempts (` + attemptCols + `)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateAttempt = `UPDATE attempts SET state = ?, outcome = ?, pid = ?, exit_code = ?, signal = ?,
@@ -339,7 +339,7 @@ func (w *writer) trial(t *virga.Trial) error {
 			args := []any{t.ExperimentID, t.Seq, t.Request, string(t.State), enc.HParams(t.HParams),
 				t.Attempts, t.Restarts, t.Step, column.Float(t.Latest), column.Float(t.Best), t.BestStep, t.Checkpoint, t.Message,
 				enc.Time("created_at", t.CreatedAt), enc.Time("updated_at", t.UpdatedAt), enc.Time("ended_at", t.EndedAt),
-				t.Parent, t.ParentCheckpoint, t.ParentStep, enc.Prediction(t.Prediction)}
+				t.Parent, t.ParentCheckpoint, t.ParentStep, enc.Prediction(t.Prediction), string(t.Reason)}
 			if enc.Err != nil {
 				return fail(enc.Err)
 			}
@@ -349,7 +349,7 @@ func (w *writer) trial(t *virga.Trial) error {
 			var enc column.Encoder
 			args := []any{string(t.State), t.Attempts, t.Restarts, t.Step, column.Float(t.Latest), column.Float(t.Best),
 				t.BestStep, t.Checkpoint, t.Message, enc.Time("updated_at", t.UpdatedAt), enc.Time("ended_at", t.EndedAt),
-				enc.Prediction(t.Prediction)}
+				enc.Prediction(t.Prediction), string(t.Reason)}
 			if enc.Err != nil {
 				return fail(enc.Err)
 			}
@@ -439,13 +439,13 @@ func (w *writer) events(es []*virga.Event) error {
 	for _, e := range es {
 		args := func() ([]any, error) {
 			var enc column.Encoder
-			args := []any{e.ExperimentID, e.TrialID, e.AttemptID, e.Kind, e.Message, enc.Time("time", e.Time)}
+			args := []any{e.ExperimentID, e.TrialID, e.AttemptID, string(e.Kind), e.Message, enc.Time("time", e.Time)}
 			if enc.Err != nil {
 				return nil, fmt.Errorf("event %s: %w", e.Kind, enc.Err)
 			}
 			return args, nil
 		}
-		if err := w.upsert("event "+e.Kind, &e.ID, w.st.insertEvent, w.st.updateEvent, args, args); err != nil {
+		if err := w.upsert("event "+string(e.Kind), &e.ID, w.st.insertEvent, w.st.updateEvent, args, args); err != nil {
 			return err
 		}
 	}

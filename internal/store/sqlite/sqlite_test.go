@@ -45,7 +45,41 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("Close: %v", err)
 			}
 			return open(t, path)
-		}))
+		}),
+		storetest.WithOldSchema(oldSchema))
+}
+
+// oldSchema builds a database file at schema version as an older Virga
+// left it, runs stmts in it, and opens it (migrating it).
+func oldSchema(t *testing.T, version int, stmts []string) store.Store {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "virga.db")
+	ms, err := migrations.List(migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version > len(ms) {
+		t.Fatalf("version %d: there are %d SQLite migrations", version, len(ms))
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []string{`CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`}
+	for _, m := range ms[:version] {
+		all = append(all, m.SQL, fmt.Sprintf(`INSERT INTO schema_version (version, applied_at) VALUES (%d, 0)`, m.Version))
+	}
+	for _, q := range append(all, stmts...) {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			db.Close()
+			t.Fatalf("building the version-%d database: %.80q...: %v", version, q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return open(t, path)
 }
 
 func TestOpenCreatesDirectoryAndOddPaths(t *testing.T) {

@@ -25,7 +25,8 @@ import (
 type Option func(*config)
 
 type config struct {
-	reopen func(t *testing.T, s store.Store) store.Store
+	reopen    func(t *testing.T, s store.Store) store.Store
+	oldSchema OldSchema
 }
 
 // WithReopen enables the durability subtest: reopen must close s and open
@@ -89,6 +90,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 			t.Skip("the store gave no WithReopen option")
 		}
 		testReopen(t, open(t), c.reopen)
+	})
+	t.Run("ReasonsBackfilled", func(t *testing.T) {
+		t.Parallel()
+		if c.oldSchema == nil {
+			t.Skip("the store gave no WithOldSchema option")
+		}
+		testReasonsBackfilled(t, c.oldSchema)
 	})
 }
 
@@ -246,7 +254,7 @@ func testTrialRoundTrip(t *testing.T, s store.Store) {
 			"none": nil,
 		},
 		Attempts: 2, Restarts: 1, Step: 1200, Latest: ptr(0.25), Best: ptr(-0.125), BestStep: 1100,
-		Checkpoint: "ab12", Message: "running", CreatedAt: at(0), UpdatedAt: at(2 * time.Second),
+		Checkpoint: "ab12", Reason: virga.ReasonMoving, Message: "moving to pool b", CreatedAt: at(0), UpdatedAt: at(2 * time.Second),
 	}
 	apply(t, s, &store.Batch{Trials: []*virga.Trial{tr}})
 	got, err := s.Trial(ctx, tr.ID)
@@ -265,7 +273,7 @@ func testTrialRoundTrip(t *testing.T, s store.Store) {
 	// Update: nil floats, zero values, an infinite best. The fields fixed at
 	// insertion (Request, HParams, CreatedAt here) keep their stored values.
 	upd := &virga.Trial{ID: tr.ID, ExperimentID: e.ID, Seq: 1, State: virga.TrialFailed,
-		Best: ptr(math.Inf(-1)), EndedAt: at(time.Minute)}
+		Reason: virga.ReasonRestartsExhausted, Best: ptr(math.Inf(-1)), EndedAt: at(time.Minute)}
 	apply(t, s, &store.Batch{Trials: []*virga.Trial{upd}})
 	got, err = s.Trial(ctx, tr.ID)
 	if err != nil {
@@ -369,9 +377,9 @@ func testUpdateKeepsFixedFields(t *testing.T, s store.Store) {
 	// constraints or point elsewhere if they were written.
 	ue := *e
 	ue.Name, ue.Spec, ue.SpecFile, ue.CreatedAt = "renamed", []byte("other spec"), "other.yaml", at(time.Hour)
-	ue.State, ue.SearcherState, ue.Message = virga.ExperimentPaused, []byte{7}, "paused"
+	ue.State, ue.SearcherState, ue.Reason, ue.Message = virga.ExperimentPaused, []byte{7}, virga.ReasonPausedByUser, "paused"
 	ue.UpdatedAt, ue.EndedAt = at(2*time.Hour), at(3*time.Hour)
-	wantE.State, wantE.SearcherState, wantE.Message = ue.State, ue.SearcherState, ue.Message
+	wantE.State, wantE.SearcherState, wantE.Reason, wantE.Message = ue.State, ue.SearcherState, ue.Reason, ue.Message
 	wantE.UpdatedAt, wantE.EndedAt = ue.UpdatedAt, ue.EndedAt
 
 	ut := *ts[0]
@@ -379,12 +387,13 @@ func testUpdateKeepsFixedFields(t *testing.T, s store.Store) {
 	ut.HParams = map[string]any{"lr": 0.5, "extra": "x"}
 	ut.State, ut.Attempts, ut.Restarts, ut.Step = virga.TrialRunning, 3, 2, 77
 	ut.Parent, ut.ParentCheckpoint, ut.ParentStep = ts[1].ID, "parent-ck", 40
-	ut.Latest, ut.Best, ut.BestStep, ut.Checkpoint, ut.Message = ptr(0.5), ptr(0.25), 70, "ck", "running"
+	ut.Latest, ut.Best, ut.BestStep, ut.Checkpoint, ut.Message = ptr(0.5), ptr(0.25), 70, "ck", "pausing"
+	ut.Reason = virga.ReasonPausingBySearcher
 	ut.Prediction = &virga.Prediction{Step: 77, Horizon: 100, Mean: 0.2, Std: 0.05, ProbBetter: 0.5}
 	ut.UpdatedAt, ut.EndedAt = at(2*time.Hour), at(3*time.Hour)
 	wantT.State, wantT.Attempts, wantT.Restarts, wantT.Step = ut.State, ut.Attempts, ut.Restarts, ut.Step
 	wantT.Latest, wantT.Best, wantT.BestStep, wantT.Checkpoint, wantT.Message = ut.Latest, ut.Best, ut.BestStep, ut.Checkpoint, ut.Message
-	wantT.Prediction, wantT.UpdatedAt, wantT.EndedAt = ut.Prediction, ut.UpdatedAt, ut.EndedAt
+	wantT.Prediction, wantT.UpdatedAt, wantT.EndedAt, wantT.Reason = ut.Prediction, ut.UpdatedAt, ut.EndedAt, ut.Reason
 
 	ua := *a
 	ua.TrialID, ua.Number, ua.Backend, ua.CreatedAt = ts[1].ID+1000, 9, "other", at(time.Hour)
@@ -943,7 +952,7 @@ func testEvents(t *testing.T, s store.Store) {
 	var evs []*virga.Event
 	for i := range 10 {
 		evs = append(evs, &virga.Event{ExperimentID: int64(1 + i%2), TrialID: int64(i % 3), AttemptID: int64(i),
-			Kind: fmt.Sprintf("k%d", i), Message: "m", Time: at(time.Duration(i) * time.Microsecond)})
+			Kind: virga.EventKind(fmt.Sprintf("k%d", i)), Message: "m", Time: at(time.Duration(i) * time.Microsecond)})
 	}
 	apply(t, s, &store.Batch{Events: evs[:5]})
 	apply(t, s, &store.Batch{Events: evs[5:]})
