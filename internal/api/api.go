@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
@@ -61,6 +63,7 @@ type Server struct {
 	st     store.Store
 	mux    *http.ServeMux
 	models *registry.Registry
+	prom   http.Handler // the control loop's Prometheus metrics; nil without one
 	tokens sync.Map // SHA-256 (raw) -> true, for admin tokens already checked
 }
 
@@ -76,6 +79,10 @@ func New(cfg Config) *Server {
 		cfg.Models = registry.New(cfg.Store, nil, cfg.Now)
 	}
 	s := &Server{cfg: cfg, ctl: cfg.Control, st: cfg.Store, mux: http.NewServeMux(), models: cfg.Models}
+	if s.ctl != nil {
+		reg := s.ctl.Registry()
+		s.prom = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	}
 	s.routes()
 	return s
 }
@@ -84,6 +91,7 @@ func (s *Server) routes() {
 	m := s.mux
 	m.HandleFunc("GET /api/openapi.json", s.openAPI)
 	m.HandleFunc("GET /api/v1/health", s.health)
+	m.HandleFunc("GET /metrics", s.promMetrics)
 	m.HandleFunc("POST /api/v1/experiments", s.submit)
 	m.HandleFunc("POST /api/v1/validate", s.validate)
 	m.HandleFunc("GET /api/v1/experiments", s.listExperiments)
@@ -405,6 +413,16 @@ type Health struct {
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, Health{Status: "ok", Version: s.cfg.Version})
+}
+
+// promMetrics serves the control plane's Prometheus metrics
+// (docs/operations.md), under the same authentication as the API.
+func (s *Server) promMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.prom == nil {
+		writeError(w, http.StatusServiceUnavailable, errors.New("no Virga server is running on this data directory: the metrics are the control loop's (start one with `virga server`)"))
+		return
+	}
+	s.prom.ServeHTTP(w, r)
 }
 
 // SubmitRequest is the body of POST /api/v1/experiments and /api/v1/validate.

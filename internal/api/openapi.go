@@ -19,6 +19,7 @@ type route struct {
 // checks that it agrees with the router.
 var apiRoutes = []route{
 	{"get", "/api/v1/health", "Server health and version", "", "Health", ""},
+	{"get", "/metrics", "The control plane's Prometheus metrics, in the text exposition format (docs/operations.md lists them)", "", "", "text/plain"},
 	{"post", "/api/v1/experiments", "Submit an experiment file; 400 lists its problems with positions", "SubmitRequest", "Experiment", ""},
 	{"post", "/api/v1/validate", "Validate an experiment file without submitting it", "SubmitRequest", "Object", ""},
 	{"get", "/api/v1/experiments", "List experiments, newest first (query: state=ACTIVE,PAUSED; limit=N)", "", "ExperimentViewList", ""},

@@ -172,6 +172,8 @@ type Controller struct {
 	// inflightPool is inflight per pool (for a backend with pools; made on
 	// first use).
 	inflightPool map[string]virga.Resources
+
+	met *metrics // Prometheus metrics (metrics.go)
 }
 
 // Update tells subscribers what changed in one committed iteration.
@@ -300,6 +302,7 @@ func New(cfg Config) (*Controller, error) {
 		attempts:    map[int64]*trialState{},
 		startedSeen: map[int64]bool{},
 		progress:    map[*trialState]bool{},
+		met:         newMetrics(),
 	}, nil
 }
 

@@ -88,6 +88,7 @@ func (c *Controller) settleCost(ts *trialState, a *virga.Attempt) {
 	}
 	a.Cost, a.LostCost = cost, 0
 	ts.exp.spent += cost
+	c.met.attemptEnded(ts.exp.exp.ID, a)
 	if a.Outcome == virga.OutcomeSucceeded && !a.StartedAt.IsZero() && a.EndedAt.After(a.StartedAt) {
 		ts.exp.runs++
 		ts.exp.runTime += a.EndedAt.Sub(a.StartedAt)

@@ -134,6 +134,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // iterate runs one pass: handle inputs, schedule, commit, create attempts,
 // commit, act. See the numbered steps.
 func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) error {
+	defer c.met.timePass()()
 	ins = append(c.pendingInputs, ins...)
 	c.pendingInputs = nil
 	for {
@@ -231,7 +232,7 @@ func (c *Controller) commit(ctx context.Context, it *iteration) error {
 	}
 	newEvents := it.b.Events
 	if !it.b.Empty() {
-		if err := c.cfg.Store.Apply(ctx, &it.b); err != nil {
+		if err := c.apply(ctx, &it.b); err != nil {
 			return fmtErr("committing state", err)
 		}
 	}
@@ -302,6 +303,8 @@ func (c *Controller) handle(it *iteration, in input) {
 		c.handleAsk(it, in)
 	case *tellReq:
 		c.handleTell(it, in)
+	case *statsReq:
+		c.handleStats(it, in)
 	default:
 		c.log.Error("control: unknown input", "type", fmt.Sprintf("%T", in))
 	}

@@ -172,6 +172,9 @@ func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (s
 		}
 	}
 	d, err := call(ctx, c, r, r.reply)
+	if err == nil {
+		c.met.reported(r.ckpt != nil)
+	}
 	if err == nil && newFP != "" {
 		la.lastFP = newFP
 	}

@@ -24,9 +24,13 @@ const (
 // it with the iteration. An illegal transition is a bug of the loop: it is
 // logged, changes nothing, and setTrial returns false.
 func (c *Controller) setTrial(it *iteration, ts *trialState, to virga.TrialState, reason virga.Reason, msg string, now time.Time) bool {
+	ended := !ts.t.State.Terminal() && to.Terminal()
 	if err := ts.t.Transition(to, reason, msg, now); err != nil {
 		c.log.Error("control: refused a state change", "experiment", ts.t.ExperimentID, "trial", ts.t.ID, "err", err)
 		return false
+	}
+	if ended {
+		c.met.trialsEnded.WithLabelValues(string(to)).Inc()
 	}
 	it.touchTrial(ts)
 	return true
