@@ -64,7 +64,7 @@ type Server struct {
 	mux    *http.ServeMux
 	models *registry.Registry
 	prom   http.Handler // the control loop's Prometheus metrics; nil without one
-	tokens sync.Map // SHA-256 (raw) -> true, for admin tokens already checked
+	tokens sync.Map     // SHA-256 (raw) -> true, for admin tokens already checked
 }
 
 // New makes the API server.
