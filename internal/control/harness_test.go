@@ -138,14 +138,18 @@ func (a *adoptingBackend) Adopt(ctx context.Context, at *virga.Attempt, res virg
 	return nil
 }
 
-// countingStore is the real store, counting Apply calls.
+// countingStore is the real store, counting Apply calls and the rows they
+// write or delete.
 type countingStore struct {
 	store.Store
 	applies atomic.Int64
+	rows    atomic.Int64
 }
 
 func (c *countingStore) Apply(ctx context.Context, b *store.Batch) error {
 	c.applies.Add(1)
+	c.rows.Add(int64(len(b.Experiments) + len(b.Trials) + len(b.NewAttempts) + len(b.Attempts) + len(b.Checkpoints) +
+		len(b.DeleteCheckpoints) + len(b.Metrics) + len(b.Events)))
 	return c.Store.Apply(ctx, b)
 }
 
