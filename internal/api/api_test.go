@@ -30,7 +30,13 @@ func TestAuth(t *testing.T) {
 	if code, _ := e.do("GET", "/api/v1/experiments", "wrong", nil); code != http.StatusUnauthorized {
 		t.Errorf("wrong token: HTTP %d, want 401", code)
 	}
+	if code, body := e.do("GET", "/metrics", "", nil); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: HTTP %d %s; want 401", code, body)
+	}
 	e.want(http.StatusOK, "GET", "/api/v1/experiments", e.admin, nil, nil)
+	if body := e.want(http.StatusOK, "GET", "/metrics", e.admin, nil, nil); !strings.Contains(string(body), "virga_control_loop_up 1") {
+		t.Errorf("/metrics with the admin token: no virga_control_loop_up 1 in\n%s", body)
+	}
 	exp := e.submit(apiDriven)
 	var a1, a2 control.Asked
 	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &a1)
@@ -48,6 +54,7 @@ func TestAuth(t *testing.T) {
 		{"GET", fmt.Sprintf("/api/v1/trials/%d/metrics", a1.Trial.ID)},
 		{"GET", "/api/v1/experiments"},
 		{"GET", "/api/openapi.json"},
+		{"GET", "/metrics"},
 		{"POST", fmt.Sprintf("/api/v1/experiments/%d/stop", exp.ID)},
 		{"POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID)},
 	}
@@ -506,6 +513,7 @@ func TestCrossSiteRefusedOnLoopback(t *testing.T) {
 		{"JSON POST with an Origin", req("POST", "/api/v1/experiments", "application/json", "http://evil.example", "", spec), "web page"},
 		{"text/plain POST with an Origin", req("POST", stop, "text/plain", "null", "", nil), "web page"},
 		{"GET with an Origin", req("GET", "/api/v1/experiments", "", "http://evil.example", "", nil), "web page"},
+		{"metrics for a web page", req("GET", "/metrics", "", "http://evil.example", "", nil), "web page"},
 		{"GET for another host", rebound, "host"},
 	}
 	for _, c := range refused {

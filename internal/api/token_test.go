@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,5 +38,21 @@ func TestCheckToken(t *testing.T) {
 		if err := s.CheckToken(ctx, tok); !errors.Is(err, ErrInvalidToken) {
 			t.Errorf("CheckToken(%q) = %v, want ErrInvalidToken", tok, err)
 		}
+	}
+}
+
+// TestMetricsWithoutControlLoop: the read-only API of a data directory with
+// no server has no control loop to measure: /metrics is 503 saying so.
+func TestMetricsWithoutControlLoop(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "virga.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil)
+	New(Config{Store: st}).ServeHTTP(w, r)
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "virga server") {
+		t.Errorf("GET /metrics without a control loop: HTTP %d %s; want 503 saying to start a server", w.Code, w.Body)
 	}
 }
