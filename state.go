@@ -39,7 +39,8 @@ const (
 	// ReasonNoObjective (FAILED): the search ended and no trial reported the
 	// objective metric, so there is no best trial.
 	ReasonNoObjective Reason = "NoObjectiveReported"
-	// ReasonUnschedulable (FAILED): no trial can ever fit the capacity.
+	// ReasonUnschedulable (FAILED experiment, STOPPED trial): no trial can
+	// ever fit the capacity.
 	ReasonUnschedulable Reason = "Unschedulable"
 	// ReasonUnrecoverable (FAILED): after a restart of the server its spec
 	// or searcher state could not be loaded.
@@ -108,7 +109,7 @@ func TrialReasons() []Reason {
 	return []Reason{ReasonNone, ReasonPausingBySearcher, ReasonStoppingEarly, ReasonMoving, ReasonPausedBySearcher,
 		ReasonPausedByUser, ReasonResumedByUser, ReasonResumedBySearcher, ReasonWaitingForCapacity, ReasonRequeued,
 		ReasonRestarting, ReasonMoved, ReasonPreempted, ReasonSucceeded, ReasonStoppedEarly, ReasonStoppedByUser,
-		ReasonBudgetSpent, ReasonNotPromoted, ReasonRestartsExhausted, ReasonPreemptedWithoutProgress}
+		ReasonBudgetSpent, ReasonNotPromoted, ReasonRestartsExhausted, ReasonPreemptedWithoutProgress, ReasonUnschedulable}
 }
 
 // trialTransitions lists, for each trial state, the states it may go to.

@@ -668,10 +668,18 @@ func (c *Controller) schedule(it *iteration) {
 		}
 		res := resources(es.spec)
 		if fits, most, where, known := c.fitsEver(pools, res); known && !fits && running(es) == 0 {
-			// No trial can ever start: say so rather than wait forever.
-			c.finishExperiment(it, es, virga.ExperimentFailed, virga.ReasonUnschedulable, fmt.Sprintf(
-				"each trial needs %s but %s has at most %s: lower resources in the experiment file or give the server more capacity",
-				fmtResources(res), where, fmtResources(most)), now)
+			// No trial can ever start: say so rather than wait forever,
+			// and end the trials waiting for a start with the experiment
+			// (queued restarts, paused trials), so none stays live under
+			// a FAILED experiment.
+			msg := fmt.Sprintf("each trial needs %s but %s has at most %s: lower resources in the experiment file or give the server more capacity",
+				fmtResources(res), where, fmtResources(most))
+			for _, ts := range es.trials {
+				if !ts.t.State.Terminal() && ts.attempt == nil {
+					c.endTrial(it, ts, virga.TrialStopped, virga.ReasonUnschedulable, msg, search.Stopped, now)
+				}
+			}
+			c.finishExperiment(it, es, virga.ExperimentFailed, virga.ReasonUnschedulable, msg, now)
 			continue
 		}
 		if pools != nil && c.usePolicy(es) && c.schedulePolicy(it, es, pools, &free, now) {

@@ -65,3 +65,26 @@ func TestTrialThatCannotFitFailsTheExperiment(t *testing.T) {
 		t.Errorf("message %q; want it to name what a trial needs and what the backend has", got.Message)
 	}
 }
+
+// TestUnschedulableExperimentEndsItsTrials: a server restarted with less
+// capacity than a trial needs fails the experiment as unschedulable, and the
+// trial that was waiting to restart ends with it (STOPPED, reason
+// Unschedulable) instead of staying QUEUED under a FAILED experiment forever.
+func TestUnschedulableExperimentEndsItsTrials(t *testing.T) {
+	h := newHarness(t)
+	h.start(newFakeBackend())
+	e := h.submit(expYAML("shrunk", "max_trials: 1\nmax_restarts: 3\nresources: {cpu: 4}"))
+	s := h.nextStart()
+	h.started(s)
+	h.crash()
+	h.start(sizedBackend{newFakeBackend()}) // 2 CPUs: the attempt is lost, the trial can never start again
+	got := h.waitExp(e.ID, virga.ExperimentFailed)
+	if got.Reason != virga.ReasonUnschedulable {
+		t.Fatalf("experiment reason %q, want %q", got.Reason, virga.ReasonUnschedulable)
+	}
+	for _, tr := range h.trials(e.ID) {
+		if tr.State != virga.TrialStopped || tr.Reason != virga.ReasonUnschedulable {
+			t.Errorf("trial %d %s (%s, %q); want STOPPED with reason Unschedulable", tr.ID, tr.State, tr.Reason, tr.Message)
+		}
+	}
+}
