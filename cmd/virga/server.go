@@ -74,10 +74,10 @@ a commit fails: run it under a supervisor that restarts it.`,
 				}
 			}
 			log := newLogger(g.stderr, false)
-			s, err := server.Start(cmd.Context(), server.Config{Listen: listen, DataDir: g.dataDir, DB: db, DBWait: dbWait,
+			s, err := server.Start(cmd.Context(), withDrivers(server.Config{Listen: listen, DataDir: g.dataDir, DB: db, DBWait: dbWait,
 				Capacity: capacity, Version: version, Logger: log, CapacityFile: capacityFile,
 				Advertise: rc.advertise, Checkpoints: rc.checkpoints, Agent: rc.agent, KubeImage: rc.kubeImage,
-				KubeNamespace: rc.kubeNamespace, Kubeconfig: rc.kubeconfig})
+				KubeNamespace: rc.kubeNamespace, Kubeconfig: rc.kubeconfig}))
 			if err != nil {
 				if _, bad := errors.AsType[*spec.Error](err); bad {
 					return usageError{err}
