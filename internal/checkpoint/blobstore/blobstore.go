@@ -47,7 +47,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"testing"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
@@ -157,9 +156,9 @@ func (s *Store) Close() error { return s.bucket.Close() }
 // Uploads returns how many objects s has written.
 func (s *Store) Uploads() int64 { return s.uploads.Load() }
 
-// SetUploadHook makes s write each object through hook(w) (nil: w itself).
-// For tests only; not safe to call during a Save.
-func (s *Store) SetUploadHook(_ testing.TB, hook func(io.Writer) io.Writer) { s.hook = hook }
+// SetUploadHook makes s write each object through hook(w) (nil: w itself),
+// for tests that fail an upload midway. Not safe to call during a Save.
+func (s *Store) SetUploadHook(hook func(io.Writer) io.Writer) { s.hook = hook }
 
 // Key returns the object name of checkpoint id.
 func Key(id string) string { return "checkpoints/" + id + ".tar" }

@@ -51,7 +51,7 @@ func storeBackend(t testing.TB, s checkpoint.Storage, listing *blob.Bucket) chec
 		Objects:        func() []string { return listBucket(t, listing) },
 		Uploads:        bs.Uploads,
 		SaveForContext: bs.SaveForContext,
-		SetUploadHook:  func(hook func(io.Writer) io.Writer) { bs.SetUploadHook(t, hook) },
+		SetUploadHook:  bs.SetUploadHook,
 	}
 }
 

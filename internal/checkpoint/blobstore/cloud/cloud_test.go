@@ -117,7 +117,7 @@ func openS3(t *testing.T) checkpointtest.Backend {
 		Writes:         counts.writes.Load,
 		Multipart:      func() (int64, int64) { return counts.multipart.Load(), counts.ended.Load() },
 		SaveForContext: bs.SaveForContext,
-		SetUploadHook:  func(hook func(io.Writer) io.Writer) { bs.SetUploadHook(t, hook) },
+		SetUploadHook:  bs.SetUploadHook,
 	}
 }
 
