@@ -62,7 +62,7 @@ export VIRGA_ONNXRUNTIME
 echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/virga-go-test.log
 echo "== go test -race -tags kubernetes,cloud (cmd/virga's wiring of the drivers)"
-go test -race -tags kubernetes,cloud -run 'TestDriversOfThisBuild' ./cmd/virga 2>&1 | tee -a /tmp/virga-go-test.log
+go test -race -tags kubernetes,cloud -run 'TestDriversOfThisBuild|TestCoreLinksNoDriverSDK' ./cmd/virga 2>&1 | tee -a /tmp/virga-go-test.log
 
 echo "== python tests (SDK, the PyTorch example, the search benchmark's scorer and Optuna replay)"
 /usr/bin/python3 -m unittest discover -s sdk/python -t sdk/python

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -52,4 +54,37 @@ func TestDriversOfThisBuild(t *testing.T) {
 			t.Errorf("exit %d, %q; want exit 1 and %q", code, errOut, want)
 		}
 	})
+}
+
+// TestCoreLinksNoDriverSDK: the control loop, the API, the agent, the
+// checkpoints and the server never link a cloud SDK or client-go, whatever
+// the build tags; a plain build of virga links neither, a tagged one links
+// the drivers of its tags.
+func TestCoreLinksNoDriverSDK(t *testing.T) {
+	sdks := map[string][]string{
+		"kubernetes": {"k8s.io/client-go/"},
+		"cloud":      {"github.com/aws/aws-sdk-go-v2/", "cloud.google.com/go/storage", "github.com/Azure/azure-sdk-for-go/"},
+	}
+	deps := func(t *testing.T, tags string, pkgs ...string) string {
+		t.Helper()
+		out, err := exec.Command("go", append([]string{"list", "-deps", "-tags", tags}, pkgs...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	core := deps(t, "kubernetes,cloud", "../../internal/control", "../../internal/api", "../../internal/agent",
+		"../../internal/checkpoint", "../../internal/server")
+	binary := deps(t, strings.Join(buildTags(), ","), ".")
+	for tag, prefixes := range sdks {
+		linked := slices.Contains(buildTags(), tag)
+		for _, p := range prefixes {
+			if strings.Contains(core, "\n"+p) {
+				t.Errorf("the core links %s*", p)
+			}
+			if got := strings.Contains(binary, "\n"+p); got != linked {
+				t.Errorf("virga built with tags %v links %s*: %v, want %v", buildTags(), p, got, linked)
+			}
+		}
+	}
 }
