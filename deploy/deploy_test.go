@@ -171,7 +171,7 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(data)
-	for _, want := range []string{"CGO_ENABLED=0", "./cmd/virga", "USER 65532", "AS build", "COPY --from=build"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-tags kubernetes,cloud", "./cmd/virga", "USER 65532", "AS build", "COPY --from=build"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}

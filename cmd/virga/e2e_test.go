@@ -40,7 +40,8 @@ func TestMain(m *testing.M) {
 	virgaBin = filepath.Join(dir, "virga")
 	trialBin = filepath.Join(dir, "steptrial")
 	for _, b := range [][2]string{{virgaBin, "."}, {trialBin, "./testdata/steptrial"}} {
-		cmd := exec.Command("go", "build", "-o", b[0], b[1])
+		// The binary under test has the drivers of this test binary.
+		cmd := exec.Command("go", "build", "-tags", strings.Join(buildTags(), ","), "-o", b[0], b[1])
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building", b[1], err)

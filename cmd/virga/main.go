@@ -129,7 +129,7 @@ func newRoot(g *globals) *cobra.Command {
 		Short:         "Virga runs experiments: training jobs and hyperparameter searches, crash-safe, on cheap capacity",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       version,
+		Version:       versionString(),
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", os.Getenv("VIRGA_SERVER"), "URL of a running Virga server (env VIRGA_SERVER); default: the server of --data-dir, or an embedded one")

@@ -29,6 +29,7 @@ import (
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/checkpoint/blobstore/cloud"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/server"
 )
@@ -173,7 +174,8 @@ func testRemoteAgent(t *testing.T, checkpoints string) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "state")
 	be := newAgentBackend(virgaBin)
-	srv, err := server.Start(context.Background(), server.Config{DataDir: data, Backend: be, Version: "test", Checkpoints: checkpoints})
+	srv, err := server.Start(context.Background(), server.Config{DataDir: data, Backend: be, Version: "test", Checkpoints: checkpoints,
+		CheckpointSchemes: cloud.Schemes()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,10 +89,10 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool, ca
 		if detach {
 			return usageError{errors.New("--detach needs a server that outlives this command: start `virga server` (or pass --server URL)")}
 		}
-		embedded, err = server.Start(context.Background(), server.Config{DataDir: g.dataDir, Version: version,
+		embedded, err = server.Start(context.Background(), withDrivers(server.Config{DataDir: g.dataDir, Version: version,
 			Logger: newLogger(g.stderr, true), CapacityFile: capacityFile,
 			Advertise: rc.advertise, Checkpoints: rc.checkpoints, Agent: rc.agent, KubeImage: rc.kubeImage,
-			KubeNamespace: rc.kubeNamespace, Kubeconfig: rc.kubeconfig})
+			KubeNamespace: rc.kubeNamespace, Kubeconfig: rc.kubeconfig}))
 		if err != nil {
 			if _, bad := errors.AsType[*spec.Error](err); bad {
 				return usageError{err}

@@ -74,10 +74,10 @@ a commit fails: run it under a supervisor that restarts it.`,
 				}
 			}
 			log := newLogger(g.stderr, false)
-			s, err := server.Start(cmd.Context(), server.Config{Listen: listen, DataDir: g.dataDir, DB: db, DBWait: dbWait,
+			s, err := server.Start(cmd.Context(), withDrivers(server.Config{Listen: listen, DataDir: g.dataDir, DB: db, DBWait: dbWait,
 				Capacity: capacity, Version: version, Logger: log, CapacityFile: capacityFile,
 				Advertise: rc.advertise, Checkpoints: rc.checkpoints, Agent: rc.agent, KubeImage: rc.kubeImage,
-				KubeNamespace: rc.kubeNamespace, Kubeconfig: rc.kubeconfig})
+				KubeNamespace: rc.kubeNamespace, Kubeconfig: rc.kubeconfig}))
 			if err != nil {
 				if _, bad := errors.AsType[*spec.Error](err); bad {
 					return usageError{err}
@@ -118,7 +118,7 @@ type remoteFlags struct {
 
 func (r *remoteFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&r.advertise, "advertise", os.Getenv("VIRGA_ADVERTISE"), "the server's URL as trials on other machines reach it, e.g. http://head:7070 (env VIRGA_ADVERTISE; default the listen address)")
-	f.StringVar(&r.checkpoints, "checkpoints", os.Getenv("VIRGA_CHECKPOINTS"), "checkpoint storage: a directory or file:///..., s3://bucket?region=..., gs://bucket, azblob://container (env VIRGA_CHECKPOINTS; default DATA-DIR/checkpoints)")
+	f.StringVar(&r.checkpoints, "checkpoints", os.Getenv("VIRGA_CHECKPOINTS"), "checkpoint storage: a directory or file:///..., s3://bucket?region=..., gs://bucket, azblob://container (the last three in a build with -tags cloud; env VIRGA_CHECKPOINTS; default DATA-DIR/checkpoints)")
 	f.StringVar(&r.agent, "agent", os.Getenv("VIRGA_AGENT"), "the virga executable as Slurm nodes see it (env VIRGA_AGENT; default this one)")
 	f.StringVar(&r.kubeImage, "kube-image", os.Getenv("VIRGA_KUBE_IMAGE"), "container image of trial pods, with virga and the trainer (env VIRGA_KUBE_IMAGE)")
 	f.StringVar(&r.kubeNamespace, "kube-namespace", envOr("VIRGA_KUBE_NAMESPACE", ""), "namespace of trial pods (env VIRGA_KUBE_NAMESPACE; default the server's own, or default)")

@@ -43,6 +43,15 @@ func WriteArchive(w io.Writer, dir string) (Info, error) {
 	return info, nil
 }
 
+// WriteArchiveFor is WriteArchive with the ID scoped to owner, the ID
+// Store.SaveFor gives the same tree and owner (for the object stores, which
+// keep a checkpoint as its archive). Its errors are not wrapped: what a
+// checkpoint cannot hold wraps ErrUnsupported, anything else is w's or the
+// tree's error as it is.
+func WriteArchiveFor(w io.Writer, dir, owner string) (Info, error) {
+	return writeArchive(w, dir, owner)
+}
+
 // writeArchive is WriteArchive with the ID scoped to owner (see SaveFor).
 func writeArchive(w io.Writer, dir, owner string) (Info, error) {
 	tw := tar.NewWriter(w)

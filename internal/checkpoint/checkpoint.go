@@ -4,7 +4,11 @@
 // checkpoints are stored once. It saves, restores and deletes whole
 // directories and never modifies a stored checkpoint in place; retention is
 // the caller's decision, and it never links stored files into a trial's
-// directory (trials may write in place).
+// directory (trials may write in place). Object stores keep checkpoints with
+// the same IDs through the Storage interface; their drivers live in package
+// blobstore and below, which this package must never import, so that what
+// imports checkpoint (the control loop, the API, the agent) links no
+// object-store SDK.
 package checkpoint
 
 import (

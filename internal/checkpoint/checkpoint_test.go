@@ -3,7 +3,6 @@ package checkpoint_test
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,117 +14,21 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/checkpoint/checkpointtest"
 )
 
-// node is one entry of a directory tree as the tests see it.
-type node struct {
-	Mode    fs.FileMode // type and permission bits
-	Content string      // file content or link target
-}
+// The trees of the tests (see checkpointtest).
+type tree = checkpointtest.Tree
 
-// tree describes a directory: relative slash path -> node. Directories have
-// Mode with fs.ModeDir, links fs.ModeSymlink.
-type tree map[string]node
-
-func file(perm fs.FileMode, content string) node { return node{Mode: perm, Content: content} }
-func dir(perm fs.FileMode) node                  { return node{Mode: fs.ModeDir | perm} }
-func link(target string) node                    { return node{Mode: fs.ModeSymlink, Content: target} }
-
-// write creates the tree under root, setting directory modes last.
-func write(t testing.TB, root string, tr tree) {
-	t.Helper()
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var dirs []string
-	for rel, n := range tr {
-		if n.Mode.IsDir() {
-			dirs = append(dirs, rel)
-			if err := os.MkdirAll(filepath.Join(root, rel), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for rel, n := range tr {
-		p := filepath.Join(root, rel)
-		switch {
-		case n.Mode.IsDir():
-		case n.Mode&fs.ModeSymlink != 0:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Symlink(n.Content, p); err != nil {
-				t.Fatal(err)
-			}
-		default:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, []byte(n.Content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chmod(p, n.Mode.Perm()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, rel := range dirs {
-		if err := os.Chmod(filepath.Join(root, rel), tr[rel].Mode.Perm()); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// read returns the tree under root.
-func read(t testing.TB, root string) tree {
-	t.Helper()
-	tr := tree{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == root {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		n := node{Mode: fi.Mode().Type() | fi.Mode().Perm()}
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			n.Mode = fs.ModeSymlink // link permissions mean nothing on Linux
-			n.Content, err = os.Readlink(p)
-		case fi.Mode().IsRegular():
-			var b []byte
-			b, err = os.ReadFile(p)
-			n.Content = string(b)
-		}
-		tr[filepath.ToSlash(rel)] = n
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr
-}
-
-// tempDir is t.TempDir made removable even when the test leaves read-only
-// directories in it (checkpoints keep their modes).
-func tempDir(t testing.TB) string {
-	t.Helper()
-	d := t.TempDir()
-	t.Cleanup(func() { // runs before TempDir's own cleanup
-		_ = filepath.WalkDir(d, func(p string, de fs.DirEntry, err error) error {
-			if err == nil && de.IsDir() {
-				_ = os.Chmod(p, 0o755)
-			}
-			return nil
-		})
-	})
-	return d
-}
+var (
+	file    = checkpointtest.File
+	dir     = checkpointtest.Dir
+	link    = checkpointtest.Link
+	write   = checkpointtest.Write
+	read    = checkpointtest.Read
+	tempDir = checkpointtest.TempDir
+	sample  = checkpointtest.Sample
+)
 
 func open(t testing.TB) *checkpoint.Store {
 	t.Helper()
@@ -143,25 +46,6 @@ func save(t testing.TB, s *checkpoint.Store, src string) checkpoint.Info {
 		t.Fatalf("Save(%s): %v", src, err)
 	}
 	return info
-}
-
-// sample is a nested checkpoint with varied modes, an empty directory, a
-// read-only directory and links that stay inside.
-var sample = tree{
-	"model.bin":         file(0o644, strings.Repeat("weights", 1000)),
-	"run.sh":            file(0o755, "#!/bin/sh\n"),
-	"secret":            file(0o600, "key"),
-	"opt":               dir(0o700),
-	"opt/state.json":    file(0o444, `{"step":3}`),
-	"opt/deep/x/y.txt":  file(0o640, "y"),
-	"opt/deep":          dir(0o755),
-	"opt/deep/x":        dir(0o750),
-	"empty":             dir(0o755),
-	"frozen":            dir(0o555),
-	"frozen/a":          file(0o644, "a"),
-	"latest":            link("opt/state.json"),
-	"opt/deep/x/parent": link("../../state.json"),
-	"zero":              file(0o644, ""),
 }
 
 func TestSaveRestoreRoundTrip(t *testing.T) {
@@ -650,4 +534,23 @@ func TestUnsupportedIsTheTrials(t *testing.T) {
 	if _, err := s.Save(src); !errors.Is(err, checkpoint.ErrUnsupported) {
 		t.Fatalf("Save with a link to /etc: %v, want ErrUnsupported", err)
 	}
+}
+
+// TestStorageConformance: the directory Store passes the suite every
+// checkpoint Storage passes (the object stores' run it in their packages).
+func TestStorageConformance(t *testing.T) {
+	checkpointtest.RunStorage(t, func(t *testing.T) checkpointtest.Backend {
+		s := open(t)
+		return checkpointtest.Backend{Storage: s, Objects: func() []string {
+			entries, err := os.ReadDir(s.Root())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			return names
+		}}
+	})
 }

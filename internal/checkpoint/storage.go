@@ -3,20 +3,14 @@ package checkpoint
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
-	"path/filepath"
+	"slices"
 	"strings"
-
-	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/azureblob" // azblob://
-	_ "gocloud.dev/blob/fileblob"  // file://
-	_ "gocloud.dev/blob/gcsblob"   // gs://
-	_ "gocloud.dev/blob/memblob"   // mem://
-	_ "gocloud.dev/blob/s3blob"    // s3://
 )
 
 // Storage is where checkpoints are kept: a directory (Store) or a bucket of
-// an object store (BlobStore). Both give a tree the same ID.
+// an object store (package blobstore). Both give a tree the same ID.
 type Storage interface {
 	// Save stores the content of directory src as a checkpoint (SaveFor with
 	// no owner).
@@ -36,10 +30,7 @@ type Storage interface {
 	Close() error
 }
 
-var (
-	_ Storage = (*Store)(nil)
-	_ Storage = (*BlobStore)(nil)
-)
+var _ Storage = (*Store)(nil)
 
 // Location returns the store's directory (an absolute path).
 func (s *Store) Location() string { return s.root }
@@ -47,65 +38,44 @@ func (s *Store) Location() string { return s.root }
 // Close does nothing: a Store holds no resources.
 func (s *Store) Close() error { return nil }
 
-// storageForms lists what OpenURL accepts, for its errors.
-const storageForms = "a directory path, file:///absolute/path, s3://bucket, gs://bucket, azblob://container or mem://"
+// An Opener opens the checkpoint storage at a URL of its scheme. location is
+// the URL as the user gave it, for messages and Storage.Location; u is it
+// parsed. An Opener checks that the storage can be reached.
+type Opener func(ctx context.Context, u *url.URL, location string) (Storage, error)
 
-// OpenURL opens the checkpoint storage at location:
-//
-//   - a path (no "scheme://"): the directory Store there (see Open);
-//   - file:///absolute/path: a BlobStore over that directory (fileblob; unless
-//     the URL says otherwise, the directory is created, temporary files are
-//     written next to their objects so that they are renamed within one file
-//     system, and no metadata side files are written);
-//   - s3://bucket, gs://bucket, azblob://container: a BlobStore over that
-//     bucket, with gocloud.dev's URL parameters (for S3 e.g. region=,
-//     endpoint=, use_path_style=true; credentials from the environment);
-//   - mem://: a BlobStore in memory (for tests).
-//
-// Any of the URLs may carry prefix=dir/ to keep the checkpoints under it.
-// OpenURL checks that a bucket can be reached.
-func OpenURL(ctx context.Context, location string) (Storage, error) {
+// Schemes maps a URL scheme ("s3") to the Opener of its storage. This package
+// knows none: the object-store drivers (package blobstore for file:// and
+// mem://, blobstore/cloud for s3://, gs:// and azblob://) are linked and
+// registered by the binary that wants them, so that what imports checkpoint
+// does not link their SDKs.
+type Schemes map[string]Opener
+
+// OpenURL opens the checkpoint storage at location: a path (no "scheme://")
+// is the directory Store there (see Open); a URL is opened by the Opener of
+// its scheme in schemes.
+func OpenURL(ctx context.Context, location string, schemes Schemes) (Storage, error) {
 	if location == "" {
-		return nil, fmt.Errorf("opening checkpoint storage: no location given; want %s", storageForms)
+		return nil, fmt.Errorf("opening checkpoint storage: no location given; want %s", schemes.forms())
 	}
 	if !strings.Contains(location, "://") {
 		return Open(location)
 	}
 	u, err := url.Parse(location)
 	if err != nil {
-		return nil, fmt.Errorf("opening checkpoint storage %q: %v; want %s", location, err, storageForms)
+		return nil, fmt.Errorf("opening checkpoint storage %q: %v; want %s", location, err, schemes.forms())
 	}
-	switch u.Scheme {
-	case "file":
-		if u.Host != "" && u.Host != "localhost" || !filepath.IsAbs(u.Path) {
-			return nil, fmt.Errorf("opening checkpoint storage %q: a file URL needs an absolute path, file:///absolute/path (three slashes), or give the path itself", location)
-		}
-		q := u.Query()
-		for k, v := range map[string]string{"create_dir": "true", "no_tmp_dir": "true", "metadata": "skip"} {
-			if _, ok := q[k]; !ok {
-				q.Set(k, v)
-			}
-		}
-		u.RawQuery = q.Encode()
-	case "s3", "gs", "azblob":
-		if u.Host == "" {
-			return nil, fmt.Errorf("opening checkpoint storage %q: no bucket named; want %s://bucket-name", location, u.Scheme)
-		}
-	case "mem":
-	default:
-		return nil, fmt.Errorf("opening checkpoint storage %q: unknown scheme %q; want %s", location, u.Scheme, storageForms)
+	open := schemes[u.Scheme]
+	if open == nil {
+		return nil, fmt.Errorf("opening checkpoint storage %q: unknown scheme %q; want %s", location, u.Scheme, schemes.forms())
 	}
-	b, err := blob.OpenBucket(ctx, u.String())
-	if err != nil {
-		return nil, fmt.Errorf("opening checkpoint storage %q: %w", location, err)
+	return open(ctx, u, location)
+}
+
+// forms says what OpenURL accepts with schemes, for its errors.
+func (s Schemes) forms() string {
+	forms := []string{"a directory path"}
+	for _, name := range slices.Sorted(maps.Keys(s)) {
+		forms = append(forms, name+"://")
 	}
-	ok, err := b.IsAccessible(ctx)
-	if err == nil && !ok {
-		err = fmt.Errorf("the bucket does not exist")
-	}
-	if err != nil {
-		_ = b.Close()
-		return nil, fmt.Errorf("opening checkpoint storage %q: %w", location, err)
-	}
-	return NewBlobStore(b, location), nil
+	return strings.Join(forms, ", ")
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/checkpoint/blobstore"
 	"github.com/virga-ml/virga/internal/registry"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/sqlite"
@@ -80,7 +81,7 @@ func newFixture(t *testing.T, blob bool) *fixture {
 	if blob {
 		loc = "mem://"
 	}
-	files, err := checkpoint.OpenURL(ctx, loc)
+	files, err := checkpoint.OpenURL(ctx, loc, blobstore.Schemes())
 	if err != nil {
 		t.Fatal(err)
 	}

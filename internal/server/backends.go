@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/virga-ml/virga/internal/backend"
-	"github.com/virga-ml/virga/internal/backend/kube"
 	"github.com/virga-ml/virga/internal/backend/slurm"
 	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/spec"
@@ -92,30 +91,19 @@ func slurmBackend(cfg *Config, dataDir string, c *spec.Capacity, log *slog.Logge
 	return be, nil
 }
 
-// kubeBackend builds the Kubernetes backend of a capacity file's pools.
-func kubeBackend(cfg *Config, c *spec.Capacity, log *slog.Logger) (backend.Backend, error) {
-	if cfg.KubeImage == "" {
-		return nil, fmt.Errorf("%s: pools of backend kubernetes need the trials' container image (--kube-image, with virga and the trainer; see deploy/Dockerfile)", c.File)
+// A BackendFactory builds the backend that runs the pools of capacity file c,
+// all of one backend, for the server configured by cfg (Start passes its
+// Logger as log). The server closes the backend.
+type BackendFactory func(cfg *Config, c *spec.Capacity, log *slog.Logger) (backend.Backend, error)
+
+// driverBackend builds the backend of c's pools, all of backend kind, with
+// the factory the binary linked for it (cfg.Backends).
+func driverBackend(cfg *Config, c *spec.Capacity, kind spec.PoolBackend) (backend.Backend, error) {
+	build := cfg.Backends[kind]
+	if build == nil {
+		p := &c.Pools[0]
+		return nil, fmt.Errorf("%s:%d:%d: %s: pool %q is for backend %s, which this server was built without",
+			c.File, p.Pos.Line, p.Pos.Col, p.Path("backend"), p.Name, kind)
 	}
-	client, err := kube.NewClient(cfg.Kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	var pools []kube.Pool
-	for i := range c.Pools {
-		p, err := kube.PoolFromSpec(&c.Pools[i])
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", c.File, err)
-		}
-		pools = append(pools, p)
-	}
-	ns := cfg.KubeNamespace
-	if ns == "" {
-		ns = client.Namespace
-	}
-	be, err := kube.New(client, kube.Config{Namespace: ns, Image: cfg.KubeImage, Pools: pools, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	return be, nil
+	return build(cfg, c, cfg.Logger)
 }

@@ -2,16 +2,22 @@ package server
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/spec"
 )
 
 // TestCapacityFileBackends: a server runs the pools of one backend; a file
-// that mixes them, names sim, or asks for Kubernetes without an image is
-// refused with the file and position.
+// that mixes them, names sim, or names a backend the binary did not link
+// (Config.Backends) is refused with the file and position.
 func TestCapacityFileBackends(t *testing.T) {
 	for _, c := range []struct{ name, pools, want string }{
 		{"mixed", `
@@ -19,8 +25,8 @@ func TestCapacityFileBackends(t *testing.T) {
   - {name: hpc, backend: slurm, node: {cpu: 1}, price: 0}`, "cap.yaml:3:5: pools[hpc].backend: pool \"hpc\" is for backend slurm but an earlier one is for local"},
 		{"sim", `
   - {name: s, backend: sim, node: {cpu: 1}, price: 0}`, "cap.yaml:2:5: pools[s].backend: pool \"s\" is for backend sim"},
-		{"kubernetes without an image", `
-  - {name: k, backend: kubernetes, node: {cpu: 1}, price: 0}`, "need the trials' container image (--kube-image"},
+		{"kubernetes not linked", `
+  - {name: k, backend: kubernetes, node: {cpu: 1}, price: 0}`, `cap.yaml:2:5: pools[k].backend: pool "k" is for backend kubernetes, which this server was built without`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -37,6 +43,30 @@ func TestCapacityFileBackends(t *testing.T) {
 				t.Fatalf("error %q; want it to contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestBackendFactory: the pools of a backend the binary linked are run by
+// the backend its factory builds, given the server's configuration.
+func TestBackendFactory(t *testing.T) {
+	dir := t.TempDir()
+	capFile := filepath.Join(dir, "cap.yaml")
+	if err := os.WriteFile(capFile, []byte("pools:\n  - {name: k, backend: kubernetes, node: {cpu: 1}, price: 0}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errBuilt := errors.New("factory called")
+	var got []string
+	factory := func(cfg *Config, c *spec.Capacity, log *slog.Logger) (backend.Backend, error) {
+		got = append(got, cfg.KubeImage, c.Pools[0].Name)
+		return nil, errBuilt
+	}
+	_, err := Start(context.Background(), Config{DataDir: filepath.Join(dir, "state"), CapacityFile: capFile, KubeImage: "img",
+		Backends: map[spec.PoolBackend]BackendFactory{spec.BackendKubernetes: factory}})
+	if !errors.Is(err, errBuilt) {
+		t.Fatalf("Start: %v, want the factory's error", err)
+	}
+	if want := []string{"img", "k"}; !slices.Equal(got, want) {
+		t.Errorf("the factory was given %v, want %v", got, want)
 	}
 }
 

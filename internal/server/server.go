@@ -74,9 +74,18 @@ type Config struct {
 	Advertise string
 	// Checkpoints is where checkpoints are stored: a directory, or an object
 	// store URL (file:///shared/virga, s3://bucket?region=..., gs://bucket,
-	// azblob://container; see checkpoint.OpenURL). Default
-	// DATA-DIR/checkpoints.
+	// azblob://container) of a scheme in CheckpointSchemes (see
+	// checkpoint.OpenURL). Default DATA-DIR/checkpoints.
 	Checkpoints string
+	// CheckpointSchemes opens the URLs Checkpoints may name: the binary
+	// links the object-store drivers it wants (package blobstore and its
+	// cloud drivers) and passes them here. Nil: directories only.
+	CheckpointSchemes checkpoint.Schemes
+	// Backends builds the backend of a capacity file's pools for the
+	// backends beyond local and slurm (kubernetes): the binary links the
+	// drivers it wants and passes them here. A capacity file whose pools
+	// name a backend not here is refused.
+	Backends map[spec.PoolBackend]BackendFactory
 	// Agent is the `virga` executable as Slurm nodes see it (default: this
 	// one); KubeImage, KubeNamespace and Kubeconfig configure pools of
 	// backend kubernetes.
@@ -232,7 +241,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Checkpoints == "" {
 		cks, err = checkpoint.Open(filepath.Join(dir, "checkpoints"))
 	} else {
-		cks, err = checkpoint.OpenURL(ctx, cfg.Checkpoints)
+		cks, err = checkpoint.OpenURL(ctx, cfg.Checkpoints, cfg.CheckpointSchemes)
 	}
 	if err != nil {
 		return nil, err
@@ -267,8 +276,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		case cfg.Backend != nil:
 		case kind == spec.BackendSlurm:
 			cfg.Backend, err = slurmBackend(&cfg, dir, file, cfg.Logger)
-		case kind == spec.BackendKubernetes:
-			cfg.Backend, err = kubeBackend(&cfg, file, cfg.Logger)
+		case kind != "" && kind != spec.BackendLocal:
+			cfg.Backend, err = driverBackend(&cfg, file, kind)
 		default:
 			now := time.Now()
 			pools, err = LocalPools(cfg.CapacityFile, set, now, mrand.New(mrand.NewPCG(uint64(now.UnixNano()), 0x90015)))
