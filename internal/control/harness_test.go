@@ -13,6 +13,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/store"
@@ -200,7 +201,7 @@ func (h *harness) start(be backend.Backend) {
 		h.be = b.fake()
 	}
 	ctl, err := control.New(control.Config{Store: h.st, Backend: be, Checkpoints: h.ck, DataDir: h.dir,
-		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Now: h.now, Place: h.place,
+		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Clock: h.clock(), Place: h.place,
 		Policy: h.policy, PoolInfo: h.poolInfo})
 	if err != nil {
 		h.t.Fatal(err)
@@ -216,6 +217,22 @@ func (h *harness) start(be backend.Backend) {
 	case <-time.After(waitFor):
 		h.t.Fatal("controller not ready")
 	}
+}
+
+// nowClock is the real clock reading the time from now.
+type nowClock struct {
+	clock.Real
+	now func() time.Time
+}
+
+func (c nowClock) Now() time.Time                  { return c.now() }
+func (c nowClock) Since(t time.Time) time.Duration { return c.now().Sub(t) }
+
+func (h *harness) clock() clock.Clock {
+	if h.now == nil {
+		return nil
+	}
+	return nowClock{now: h.now}
 }
 
 // crash stops the controller without letting anything finish (idempotent).

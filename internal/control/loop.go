@@ -27,6 +27,10 @@ type eventInput struct{ ev backend.Event }
 
 type tickInput struct{}
 
+// stepReq is a Step: a tick whose caller waits until its pass has been
+// committed and acted on.
+type stepReq struct{ reply chan result[struct{}] }
+
 // startFailed says an attempt could not be started (or adopted). lost marks
 // failures that are not the trial's (recovery could not adopt it); the others
 // count as a failed attempt, so a start that fails every time ends the trial
@@ -48,7 +52,8 @@ type iteration struct {
 	after    []func() // run after the commit, in order
 	toStart  []*trialState
 	asks     map[*trialState]chan result[Asked]
-	again    bool // run another pass at once (new experiments)
+	again    bool                    // run another pass at once (new experiments)
+	steps    []chan result[struct{}] // Step calls answered once the pass is acted on
 }
 
 func newIteration() *iteration {
@@ -80,7 +85,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	close(c.ready)
-	tick := time.NewTicker(c.cfg.TickInterval)
+	tick := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer tick.Stop()
 	events := c.cfg.Backend.Events()
 	for {
@@ -101,7 +106,7 @@ func (c *Controller) Run(ctx context.Context) error {
 				continue
 			}
 			ins = append(ins, eventInput{ev})
-		case <-tick.C:
+		case <-tick.C():
 			ins = append(ins, tickInput{})
 		}
 	drain:
@@ -132,12 +137,51 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
+// Step makes the running loop (Run) take one pass at once and waits for it:
+// the pass handles every request and backend event sent before the call
+// (unless more than MaxBatch are waiting), checks timeouts and budgets as a
+// tick does, decides, commits, and acts: when Step returns, the stops it
+// decided have been sent to the backend and the attempts it started have
+// returned from the backend's Start (a failed start is in the inbox, for the
+// next pass). With a fake clock, tests advance the clock and Step instead of
+// waiting for the ticker.
+func (c *Controller) Step(ctx context.Context) error {
+	reply := make(chan result[struct{}], 1)
+	_, err := call(ctx, c, stepReq{reply}, reply)
+	return err
+}
+
 // iterate runs one pass: handle inputs, schedule, commit, create attempts,
 // commit, act. See the numbered steps.
-func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) error {
+func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (err error) {
 	ins = append(c.pendingInputs, ins...)
 	c.pendingInputs = nil
+	// Steps are answered once every launch begun so far has returned.
+	var steps []chan result[struct{}]
+	defer func() {
+		c.launching = slices.DeleteFunc(c.launching, func(done chan struct{}) bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		})
+		if len(steps) == 0 {
+			return
+		}
+		launching := slices.Clone(c.launching)
+		go func() {
+			for _, done := range launching {
+				<-done
+			}
+			for _, s := range steps {
+				s <- result[struct{}]{err: err}
+			}
+		}()
+	}()
 	for {
+		steps = append(steps, it.steps...)
 		// 1. Handle every input, changing memory and collecting the batch.
 		it.b.Events = append(it.b.Events, c.pendingEvents...)
 		c.pendingEvents = nil
@@ -172,7 +216,12 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) er
 				reply <- result[Asked]{v: Asked{Trial: cloneTrial(l.ts.t), AttemptID: l.la.attemptID, Token: TrialToken(c.cfg.Secret, l.ts.t.ID)}}
 				continue
 			}
-			go c.launch(ctx, l)
+			done := make(chan struct{})
+			c.launching = append(c.launching, done)
+			go func() {
+				defer close(done)
+				c.launch(ctx, l)
+			}()
 		}
 		if !it.again {
 			return nil
@@ -293,6 +342,10 @@ func (c *Controller) handle(it *iteration, in input) {
 	case tickInput:
 		c.checkTimeouts(it)
 		c.checkBudgets(it)
+	case stepReq:
+		c.checkTimeouts(it)
+		c.checkBudgets(it)
+		it.steps = append(it.steps, in.reply)
 	case *submitReq:
 		c.handleSubmit(it, in)
 	case *reportReq:
