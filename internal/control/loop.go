@@ -53,6 +53,7 @@ type iteration struct {
 	toStart  []*trialState
 	asks     map[*trialState]chan result[Asked]
 	again    bool                    // run another pass at once (new experiments)
+	tick     bool                    // check timeouts and budgets (a tick or a Step)
 	steps    []chan result[struct{}] // Step calls answered once the pass is acted on
 }
 
@@ -84,9 +85,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.err = err
 		return err
 	}
-	close(c.ready)
+	// The ticker is armed before Ready: a test that advances a fake clock
+	// once the loop is ready fires it.
 	tick := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer tick.Stop()
+	close(c.ready)
 	events := c.cfg.Backend.Events()
 	for {
 		var ins []input
@@ -181,12 +184,17 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (e
 		}()
 	}()
 	for {
-		steps = append(steps, it.steps...)
 		// 1. Handle every input, changing memory and collecting the batch.
 		it.b.Events = append(it.b.Events, c.pendingEvents...)
 		c.pendingEvents = nil
 		for _, in := range ins {
 			c.handle(it, in)
+		}
+		if it.tick {
+			// After the pass's events: a timeout or budget is judged on
+			// what is known now, not on the order the inputs came in.
+			c.checkTimeouts(it)
+			c.checkBudgets(it)
 		}
 		// 2. Decide which trials start and which new trials to create, and
 		// add the attempts of the trials that start.
@@ -194,6 +202,7 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (e
 		launches := c.createAttempts(it, it.toStart)
 		// 3. Commit; new trials and attempts get their IDs.
 		if err := c.commit(ctx, it); err != nil {
+			steps = append(steps, it.steps...)
 			return err
 		}
 		for _, ts := range it.trials {
@@ -223,6 +232,7 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (e
 				c.launch(ctx, l)
 			}()
 		}
+		steps = append(steps, it.steps...)
 		if !it.again {
 			return nil
 		}
@@ -340,11 +350,9 @@ func (c *Controller) handle(it *iteration, in input) {
 		}
 		c.handleExit(it, ev, noCapacity)
 	case tickInput:
-		c.checkTimeouts(it)
-		c.checkBudgets(it)
+		it.tick = true
 	case stepReq:
-		c.checkTimeouts(it)
-		c.checkBudgets(it)
+		it.tick = true
 		it.steps = append(it.steps, in.reply)
 	case *submitReq:
 		c.handleSubmit(it, in)

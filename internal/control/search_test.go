@@ -159,6 +159,7 @@ seed: 42
 		h.report(s.AttemptID, step, 0.2+1/float64(step))
 	}
 	// Progress is written at most once a second.
+	h.advance(time.Second)
 	var p *virga.Prediction
 	h.eventually("the prediction to be stored", func() bool {
 		tr, err := h.st.Trial(context.Background(), s.TrialID)
@@ -203,7 +204,7 @@ func TestPromotionWaitsForThePauseToEnd(t *testing.T) {
 		t.Errorf("pausing trial's message %q", tr.Message)
 	}
 	h.exited(s2.AttemptID, 0) // t2 exits first: t1 is still checkpointing
-	h.noStart(100 * time.Millisecond)
+	h.noStart()
 	h.exited(s1.AttemptID, 0)
 	s4 := h.nextStart()
 	if s4.TrialID != s1.TrialID {
