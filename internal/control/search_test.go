@@ -241,15 +241,16 @@ func TestCrashWhilePausing(t *testing.T) {
 	}
 	// The search goes on: every attempt that starts runs (the other trials,
 	// the promoted ones) until the experiment completes.
-	deadline := time.After(waitFor)
-	for h.exp(e.ID).State != virga.ExperimentCompleted {
+	for range 100 {
+		h.step()
+		if h.exp(e.ID).State == virga.ExperimentCompleted {
+			break
+		}
 		var s *backend.StartSpec
 		select {
 		case s = <-h.be.starts:
-		case <-time.After(10 * time.Millisecond):
-			continue // the experiment may be completing
-		case <-deadline:
-			t.Fatalf("experiment %d did not complete: %s", e.ID, h.exp(e.ID).State)
+		default:
+			t.Fatalf("experiment %d neither completed nor started an attempt: %s", e.ID, h.exp(e.ID).State)
 		}
 		h.started(s)
 		step := int64(1)
@@ -258,6 +259,9 @@ func TestCrashWhilePausing(t *testing.T) {
 		}
 		h.report(s.AttemptID, step, 0.3+0.1*float64(s.TrialID))
 		h.exited(s.AttemptID, 0)
+	}
+	if st := h.exp(e.ID).State; st != virga.ExperimentCompleted {
+		t.Fatalf("experiment %d did not complete: %s", e.ID, st)
 	}
 	completed := 0
 	for _, tr := range h.trials(e.ID) {
