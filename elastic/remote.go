@@ -56,6 +56,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/virga-ml/virga/internal/clock"
 )
 
 // Coordinator serves a MemState to remote workers.
@@ -65,7 +67,9 @@ type Coordinator struct {
 	Lease time.Duration
 	// Token, if set, must be sent by workers as a bearer token.
 	Token string
-	Now   func() time.Time
+	// Clock is the time leases are kept by (Run's ticker too); nil means
+	// the real clock.
+	Clock clock.Clock
 	// Shards, if positive, is the number of shards of the input, which
 	// workers claim one at a time (POST /claim); Passes is the number of
 	// passes over each (default 1).
@@ -136,12 +140,7 @@ func (c *Coordinator) Left() int {
 
 func (c *Coordinator) passes() int { return max(c.Passes, 1) }
 
-func (c *Coordinator) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
-}
+func (c *Coordinator) now() time.Time { return clock.Or(c.Clock).Now() }
 
 func (c *Coordinator) lease() time.Duration {
 	if c.Lease > 0 {
@@ -179,13 +178,13 @@ func (c *Coordinator) Expire() {
 
 // Run expires silent workers until ctx ends.
 func (c *Coordinator) Run(ctx context.Context) {
-	t := time.NewTicker(c.lease() / 4)
+	t := clock.Or(c.Clock).NewTicker(c.lease() / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			c.Expire()
 		}
 	}

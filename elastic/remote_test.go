@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/virga-ml/virga/internal/clock"
 )
 
 // stream is the test input: values with a known exact median.
@@ -388,5 +390,29 @@ func TestRemoteBarrierFollowsMembership(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestLeaseRunsOnTheClock: a worker's lease is kept by the coordinator's
+// clock: it is a member until the clock has passed its lease, then Expire
+// lets it go.
+func TestLeaseRunsOnTheClock(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	c := NewCoordinator(NewMemState(0))
+	c.Lease, c.Clock = time.Hour, clk
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	if _, err := Join(t.Context(), srv.URL, ""); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	c.Expire()
+	if n := c.Left(); n != 0 {
+		t.Fatalf("%d workers left at the end of the lease, want 0", n)
+	}
+	clk.Advance(time.Millisecond)
+	c.Expire()
+	if n := c.Left(); n != 1 {
+		t.Fatalf("%d workers left past the lease, want 1", n)
 	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/registry"
 	"github.com/virga-ml/virga/internal/search"
@@ -49,8 +50,9 @@ type Config struct {
 	// controller's, so both agree); nil prices them at 0. Ended attempts
 	// keep the cost the control loop recorded.
 	Pricer control.Pricer
-	// Now is the clock running attempts are priced up to; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time running attempts are priced up to (the
+	// controller's, so both agree); nil means the real clock.
+	Clock clock.Clock
 	// Models is the model registry; nil serves the registry of Store
 	// without model files (listing and showing work, files are refused).
 	Models *registry.Registry
@@ -72,11 +74,9 @@ func New(cfg Config) *Server {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 200 * time.Millisecond
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Models == nil {
-		cfg.Models = registry.New(cfg.Store, nil, cfg.Now)
+		cfg.Models = registry.New(cfg.Store, nil, cfg.Clock.Now)
 	}
 	s := &Server{cfg: cfg, ctl: cfg.Control, st: cfg.Store, mux: http.NewServeMux(), models: cfg.Models}
 	if s.ctl != nil {

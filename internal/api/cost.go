@@ -55,7 +55,7 @@ func (s *Server) priced(e *virga.Experiment, as []*virga.Attempt) []*virga.Attem
 	if sp, err := spec.Parse(e.SpecFile, e.Spec); err == nil {
 		res = virga.Resources{CPU: sp.Resources.CPU, MemoryMB: sp.Resources.MemoryMB, GPU: sp.Resources.GPU}
 	}
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	out := make([]*virga.Attempt, len(as))
 	for i, a := range as {
 		out[i] = a

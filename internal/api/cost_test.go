@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,27 +16,10 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/sqlite"
 )
-
-// testClock is a clock that moves only when told.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // TestLiveCost reads an experiment whose trial has a preempted attempt and a
 // running one, and another trial that completed on another pool: the
@@ -52,7 +34,7 @@ func TestLiveCost(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	clk := &testClock{now: t0.Add(time.Hour)}
+	clk := clock.NewFake(t0.Add(time.Hour))
 	// A trial takes 2 of a node's 8 cores: a quarter of $36 an hour, $9 an hour.
 	pricer := &capacity.Pricer{Pools: map[string]capacity.PricedPool{
 		"spot":     {Price: capacity.Constant(36), Node: virga.Resources{CPU: 8}},
@@ -81,7 +63,7 @@ func TestLiveCost(t *testing.T) {
 	}
 
 	// A read-only API (no controller) over the store, as the CLI runs it.
-	srv := httptest.NewServer(New(Config{Store: st, Pricer: pricer, Now: clk.Now}))
+	srv := httptest.NewServer(New(Config{Store: st, Pricer: pricer, Clock: clk}))
 	t.Cleanup(srv.Close)
 	get := func(path string, out any) {
 		t.Helper()

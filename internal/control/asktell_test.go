@@ -43,7 +43,7 @@ func TestAskTell(t *testing.T) {
 			t.Errorf("told trial is %s, want COMPLETED", tr.State)
 		}
 	}
-	h.noStart(20 * time.Millisecond)
+	h.noStart()
 	// The last Tell completed the experiment: Ask says the search is over or the experiment ended (both 409).
 	if _, err := h.ctl.Ask(ctx, e.ID); !errors.Is(err, search.ErrExhausted) && !errors.Is(err, virga.ErrConflict) {
 		t.Errorf("ask past max_trials: %v, want ErrExhausted", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/clock"
 )
 
 // TestBudgetStopsRunningTrials: two trials at $0.005 a second each against a
@@ -27,8 +28,7 @@ func TestBudgetStopsRunningTrials(t *testing.T) {
 		return h.attempts(s1.TrialID)[0].State == virga.AttemptRunning && h.attempts(s2.TrialID)[0].State == virga.AttemptRunning
 	})
 	// At 70 s: $0.70 spent, $0.80 by the end of a stop: go on.
-	clk.Advance(70 * time.Second)
-	time.Sleep(20 * h.tick)
+	h.advance(70 * time.Second)
 	if got := h.exp(e.ID); got.State != virga.ExperimentActive {
 		t.Fatalf("at $0.70 of $1: %s (%s), want ACTIVE", got.State, got.Message)
 	}
@@ -75,7 +75,7 @@ func TestBudgetDoesNotStartWhatDoesNotFit(t *testing.T) {
 	code := 0
 	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: clk.Advance(100 * time.Second), ExitCode: &code})
 	got := h.waitExp(e.ID, virga.ExperimentStopped)
-	h.noStart(50 * time.Millisecond)
+	h.noStart()
 	if !strings.Contains(got.Message, "budget of $0.80 reached: $0.50 spent or committed, and its next trial (about 1m40s, the mean run so far) would cost $0.50") {
 		t.Errorf("message %q", got.Message)
 	}
@@ -106,7 +106,7 @@ func TestBudgetSurvivesRestart(t *testing.T) {
 	s2 = h.nextStart()
 	run(s2)
 	got := h.waitExp(e.ID, virga.ExperimentStopped)
-	h.noStart(50 * time.Millisecond)
+	h.noStart()
 	if !strings.Contains(got.Message, "$1.00 spent or committed") {
 		t.Errorf("message %q", got.Message)
 	}
@@ -127,21 +127,21 @@ func TestSubmitRefusesAPassedDeadline(t *testing.T) {
 // a trial's share) and $10 to spend, one trial starts, not the four that
 // max_concurrent allows in the same pass, and the experiment stops after it.
 func TestBudgetCountsStartsOfOnePass(t *testing.T) {
-	clk := &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	h := newHarness(t)
-	h.now = clk.Now
+	h.clk = clk
 	h.pricer = &capacity.Pricer{Pools: map[string]capacity.PricedPool{
 		"": {Price: capacity.Constant(18), Node: virga.Resources{CPU: 4, MemoryMB: 1024}, Billing: capacity.PerHour},
 	}}
 	h.start(newFakeBackend())
 	e := h.submit(expYAML("budget-pass", "max_trials: 4\nmax_concurrent: 4\nbudget: 10\nresources: {cpu: 1, memory: 512MiB}"))
 	s := h.nextStart()
-	h.noStart(100 * time.Millisecond)
+	h.noStart()
 	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: clk.Now(), PID: 1})
 	code := 0
 	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: clk.Advance(100 * time.Second), ExitCode: &code})
 	got := h.waitExp(e.ID, virga.ExperimentStopped)
-	h.noStart(50 * time.Millisecond)
+	h.noStart()
 	if !strings.Contains(got.Message, "budget of $10.00 reached: $9.00 spent or committed") {
 		t.Errorf("message %q", got.Message)
 	}

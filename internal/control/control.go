@@ -27,6 +27,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/spec"
@@ -126,8 +127,9 @@ type Config struct {
 	// reliability. A pool without an entry is spot when it is preemptible,
 	// free, and of unknown reliability.
 	PoolInfo map[string]PoolInfo
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the loop's time: its ticker, timeouts, deadlines and the
+	// times it records; nil means the real clock (clock.Real).
+	Clock clock.Clock
 	// Rand picks seeds for experiments that do not set one; nil means a source seeded from the clock.
 	Rand *rand.Rand
 	// Logger receives operational messages; nil means slog.Default().
@@ -142,7 +144,7 @@ type Config struct {
 type Controller struct {
 	cfg Config
 	log *slog.Logger
-	now func() time.Time
+	now func() time.Time // cfg.Clock.Now
 	// remote: the backend runs attempts through the agent on other
 	// machines; checkpoints travel over the API (backend.Remote).
 	remote bool
@@ -168,6 +170,10 @@ type Controller struct {
 	progress      map[*trialState]bool  // trials with progress not yet written
 	flushAll      bool                  // write all progress now (shutdown)
 	err           error
+
+	// launching holds a channel per launch begun, closed when it returns
+	// (Step waits for them); pruned after each pass.
+	launching []chan struct{}
 
 	// inflightPool is inflight per pool (for a backend with pools; made on
 	// first use).
@@ -269,11 +275,9 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.NewSearcher == nil {
 		cfg.NewSearcher = search.New
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Rand == nil {
-		cfg.Rand = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5ee4))
+		cfg.Rand = rand.New(rand.NewPCG(uint64(cfg.Clock.Now().UnixNano()), 0x5ee4))
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -290,7 +294,7 @@ func New(cfg Config) (*Controller, error) {
 	return &Controller{
 		cfg:         cfg,
 		log:         cfg.Logger,
-		now:         cfg.Now,
+		now:         cfg.Clock.Now,
 		remote:      backend.IsRemote(cfg.Backend),
 		inbox:       make(chan input, 8192),
 		done:        make(chan struct{}),

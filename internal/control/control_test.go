@@ -30,7 +30,7 @@ func TestMaxConcurrentRespected(t *testing.T) {
 			live[s.AttemptID] = s
 			h.started(s)
 		}
-		h.noStart(50 * time.Millisecond)
+		h.noStart()
 		if len(live) > 2 {
 			t.Fatalf("%d attempts live, max_concurrent is 2", len(live))
 		}
@@ -68,7 +68,7 @@ func TestFailedAttemptRestartsThenFails(t *testing.T) {
 	if tr.Attempts != 3 || tr.Restarts != 2 {
 		t.Errorf("attempts %d restarts %d, want 3 and 2", tr.Attempts, tr.Restarts)
 	}
-	h.noStart(50 * time.Millisecond)
+	h.noStart()
 	for _, a := range h.attempts(trialID) {
 		if a.Outcome != virga.OutcomeFailed || a.ExitCode == nil || *a.ExitCode != 3 {
 			t.Errorf("attempt %d: outcome %s exit %v, want FAILED with code 3", a.Number, a.Outcome, a.ExitCode)
@@ -258,13 +258,39 @@ func TestCheckpointRetentionKeepsBest(t *testing.T) {
 	}
 }
 
+// TestTickerRunsOnTheClock: without Step, the loop's own ticker, on the
+// injected clock, finds a timeout once the clock has passed it.
+func TestTickerRunsOnTheClock(t *testing.T) {
+	h := newHarness(t)
+	h.ticks = true
+	h.tick = time.Hour // a real ticker would not tick during the test
+	h.start(newFakeBackend())
+	h.submit(expYAML("ticker", "max_trials: 1\ntimeout: 50ms"))
+	s := h.nextStart()
+	h.started(s)
+	h.step()
+	h.clk.Advance(time.Hour) // one tick
+	select {
+	case id := <-h.be.stopCh:
+		if id != s.AttemptID {
+			t.Fatalf("attempt %d stopped, want %d", id, s.AttemptID)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the tick did not stop the timed-out attempt")
+	}
+}
+
 func TestTimeoutStopsAttempt(t *testing.T) {
 	h := newHarness(t)
-	h.tick = 5 * time.Millisecond
 	h.start(newFakeBackend())
 	e := h.submit(expYAML("timeout", "max_trials: 1\nmax_restarts: 0\ntimeout: 50ms"))
 	s := h.nextStart()
 	h.started(s)
+	h.advance(50 * time.Millisecond)
+	if h.be.stopped(s.AttemptID) {
+		t.Fatal("attempt stopped before it ran past its timeout")
+	}
+	h.advance(time.Millisecond)
 	h.eventually("the timed-out attempt to be stopped", func() bool { return h.be.stopped(s.AttemptID) })
 	if d, err := h.ctl.Report(context.Background(), s.AttemptID, control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}); err != nil || d.String() != "stop" {
 		t.Errorf("report while timing out: %v, %v; want stop", d, err)
@@ -303,7 +329,7 @@ func TestStopWhileRunning(t *testing.T) {
 		t.Errorf("attempts %d, want 1", tr.Attempts)
 	}
 	h.waitExp(e.ID, virga.ExperimentStopped)
-	h.noStart(50 * time.Millisecond)
+	h.noStart()
 	if n := len(h.trials(e.ID)); n != 1 {
 		t.Errorf("%d trials after stop, want 1", n)
 	}
@@ -322,7 +348,7 @@ func TestStopWhileQueued(t *testing.T) {
 	h.be.setFull(true)
 	h.exited(s.AttemptID, 1)
 	h.waitTrial(s.TrialID, virga.TrialQueued)
-	h.noStart(30 * time.Millisecond)
+	h.noStart()
 	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpStop); err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +377,7 @@ func TestPauseResume(t *testing.T) {
 	}
 	h.signalled(s.AttemptID, "terminated")
 	tr := h.waitTrial(s.TrialID, virga.TrialPaused)
-	h.noStart(50 * time.Millisecond)
+	h.noStart()
 	if e2 := h.exp(e.ID); e2.State != virga.ExperimentPaused {
 		t.Errorf("experiment %s while its trial is paused, want PAUSED", e2.State)
 	}
@@ -527,7 +553,7 @@ func TestCrashRecovery(t *testing.T) {
 
 	be2 := &adoptingBackend{newFakeBackend()}
 	h.start(be2)
-	h.noStart(100 * time.Millisecond)
+	h.noStart()
 	be2.mu.Lock()
 	adopted := map[int64]bool{}
 	for _, a := range be2.adopted {
@@ -587,7 +613,7 @@ func TestCrashRecoveryStartingAttemptLost(t *testing.T) {
 	h.crash()
 	be2 := &adoptingBackend{newFakeBackend()}
 	h.start(be2)
-	h.noStart(50 * time.Millisecond)
+	h.noStart()
 	h.lost(s.AttemptID)
 	s2 := h.nextStart()
 	if s2.TrialID != s.TrialID || s2.AttemptID == s.AttemptID {

@@ -3,45 +3,25 @@ package control_test
 import (
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/control"
 )
 
 var _ control.Pricer = (*capacity.Pricer)(nil)
 
-// fakeClock is a clock that moves only when told.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock by d and returns the new time.
-func (c *fakeClock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
-}
-
 // costHarness is a harness on a fake clock whose backend's default pool
 // costs $36 an hour for a node of 4 cores and 1 GiB. Its experiments' trials
 // take 1 core and 512 MiB, half the node (memory decides): $0.005 a second.
-func costHarness(t *testing.T) (*harness, *fakeClock) {
-	clk := &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+func costHarness(t *testing.T) (*harness, *clock.Fake) {
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	h := newHarness(t)
-	h.now = clk.Now
+	h.clk = clk
 	h.pricer = &capacity.Pricer{Pools: map[string]capacity.PricedPool{
 		"": {Price: capacity.Constant(36), Node: virga.Resources{CPU: 4, MemoryMB: 1024}},
 	}}

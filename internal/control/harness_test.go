@@ -13,14 +13,24 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/checkpoint"
+	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/sqlite"
 )
 
-// waitFor is how long a harness waits for something the loop should do at once.
+// waitFor bounds how long a harness waits for the controller to recover
+// and for real processes.
 const waitFor = 30 * time.Second
+
+// harnessStart is the time on a harness's clock when it is made.
+var harnessStart = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// maxPasses bounds the loop passes a harness steps through waiting for a
+// decision: a decision may take more than one (a failed start comes back
+// in the next pass) but never many.
+const maxPasses = 5
 
 // fakeBackend is a recording backend: Start records the spec and hands it to
 // the test, which then emits Started and Exited events by hand.
@@ -28,6 +38,7 @@ type fakeBackend struct {
 	name   string
 	events chan backend.Event
 	starts chan *backend.StartSpec // every successful Start, in order
+	stopCh chan int64              // every Stop, in order
 
 	mu      sync.Mutex
 	specs   []*backend.StartSpec
@@ -38,12 +49,15 @@ type fakeBackend struct {
 	reapedAfter int
 	full        bool // Start refuses with ErrNoCapacity and Free is zero
 	closed      bool
+	// clk is the harness's clock, for the times of the events the fake
+	// makes itself (set by harness.start).
+	clk *clock.Fake
 }
 
 var _ backend.Backend = (*fakeBackend)(nil)
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{name: "fake", events: make(chan backend.Event, 4096), starts: make(chan *backend.StartSpec, 4096), reapedAfter: -1}
+	return &fakeBackend{name: "fake", events: make(chan backend.Event, 4096), starts: make(chan *backend.StartSpec, 4096), stopCh: make(chan int64, 4096), reapedAfter: -1}
 }
 
 func (f *fakeBackend) Name() string { return f.name }
@@ -69,6 +83,10 @@ func (f *fakeBackend) Stop(attemptID int64, grace time.Duration) error {
 	f.mu.Lock()
 	f.stops = append(f.stops, attemptID)
 	f.mu.Unlock()
+	select {
+	case f.stopCh <- attemptID:
+	default:
+	}
 	return nil
 }
 
@@ -165,9 +183,13 @@ type harness struct {
 	cancel context.CancelFunc
 	runErr chan error
 	tick   time.Duration
-	// pricer and now, when set, are the controller's Pricer and clock.
+	// clk is the controller's clock: it moves only when the test advances
+	// it. The loop's ticks are the test's Steps unless ticks is set: a
+	// tick fired by Advance would race with the events the test emits.
+	clk   *clock.Fake
+	ticks bool
+	// pricer, when set, is the controller's Pricer.
 	pricer control.Pricer
-	now    func() time.Time
 	// place, when set, is the controller's placement policy.
 	place control.PlaceFunc
 	// policy and poolInfo, if set, are the controller's experiment policy
@@ -188,7 +210,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, dir: dir, st: &countingStore{Store: st}, ck: ck}
+	return &harness{t: t, dir: dir, st: &countingStore{Store: st}, ck: ck, clk: clock.NewFake(harnessStart)}
 }
 
 // start runs a controller over the harness's store with be (a *fakeBackend or
@@ -203,8 +225,9 @@ func (h *harness) start(be backend.Backend) {
 	case interface{ fake() *fakeBackend }:
 		h.be = b.fake()
 	}
+	h.be.clk = h.clk
 	ctl, err := control.New(control.Config{Store: h.st, Backend: be, Checkpoints: h.ck, DataDir: h.dir,
-		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Now: h.now, Place: h.place,
+		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Clock: h.clock(), Place: h.place,
 		Policy: h.policy, PoolInfo: h.poolInfo})
 	if err != nil {
 		h.t.Fatal(err)
@@ -220,6 +243,22 @@ func (h *harness) start(be backend.Backend) {
 	case <-time.After(waitFor):
 		h.t.Fatal("controller not ready")
 	}
+}
+
+// stepClock is a fake clock whose tickers never tick.
+type stepClock struct{ *clock.Fake }
+
+func (c stepClock) NewTicker(d time.Duration) clock.Ticker {
+	t := c.Fake.NewTicker(d)
+	t.Stop()
+	return t
+}
+
+func (h *harness) clock() clock.Clock {
+	if h.ticks {
+		return h.clk
+	}
+	return stepClock{h.clk}
 }
 
 // crash stops the controller without letting anything finish (idempotent).
@@ -244,34 +283,62 @@ func (h *harness) submit(y string) *virga.Experiment {
 	return e
 }
 
-// nextStart waits for the backend's next Start.
+// step makes the loop take one pass and waits until it has acted on it.
+func (h *harness) step() {
+	h.t.Helper()
+	if err := h.ctl.Step(context.Background()); err != nil {
+		h.t.Fatalf("Step: %v", err)
+	}
+}
+
+// advance moves the clock by d and steps the loop.
+func (h *harness) advance(d time.Duration) {
+	h.t.Helper()
+	h.clk.Advance(d)
+	h.step()
+}
+
+// nextStart returns the backend's next Start, stepping the loop until it
+// makes one.
 func (h *harness) nextStart() *backend.StartSpec {
 	h.t.Helper()
+	for range maxPasses {
+		select {
+		case s := <-h.be.starts:
+			return s
+		default:
+		}
+		h.step()
+	}
 	select {
 	case s := <-h.be.starts:
 		return s
-	case <-time.After(waitFor):
-		h.t.Fatal("no attempt started")
+	default:
+		h.t.Fatalf("no attempt started in %d passes", maxPasses)
 		return nil
 	}
 }
 
-// noStart checks that no attempt starts within d.
-func (h *harness) noStart(d time.Duration) {
+// noStart checks that the loop, stepped until it has nothing left to do,
+// starts no attempt.
+func (h *harness) noStart() {
 	h.t.Helper()
-	select {
-	case s := <-h.be.starts:
-		h.t.Fatalf("unexpected start of attempt %d (trial %d)", s.AttemptID, s.TrialID)
-	case <-time.After(d):
+	for range maxPasses {
+		h.step()
+		select {
+		case s := <-h.be.starts:
+			h.t.Fatalf("unexpected start of attempt %d (trial %d)", s.AttemptID, s.TrialID)
+		default:
+		}
 	}
 }
 
 func (h *harness) started(s *backend.StartSpec) {
-	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: time.Now(), PID: 1000 + int(s.AttemptID)})
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: h.clk.Now(), PID: 1000 + int(s.AttemptID)})
 }
 
 func (h *harness) exited(attemptID int64, code int) {
-	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: time.Now(), ExitCode: &code})
+	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: h.clk.Now(), ExitCode: &code})
 }
 
 // succeeded reports the objective once and exits 0: a trial with a result.
@@ -282,22 +349,27 @@ func (h *harness) succeeded(attemptID int64) {
 }
 
 func (h *harness) signalled(attemptID int64, sig string) {
-	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: time.Now(), Signal: sig})
+	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: h.clk.Now(), Signal: sig})
 }
 
 func (h *harness) lost(attemptID int64) {
-	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: time.Now(), Lost: true, Message: "vanished"})
+	h.be.emit(backend.Event{AttemptID: attemptID, Kind: backend.Exited, Time: h.clk.Now(), Lost: true, Message: "vanished"})
 }
 
-// eventually polls cond until it holds.
+// eventually steps the loop until cond holds, failing after maxPasses.
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s", what)
+	for range maxPasses {
+		if cond() {
+			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		h.step()
+	}
+	if !cond() {
+		for _, e := range h.evs() {
+			h.t.Logf("event %+v", e)
+		}
+		h.t.Fatalf("still waiting for %s after %d passes of the loop", what, maxPasses)
 	}
 }
 
@@ -382,4 +454,9 @@ seed: 42
 
 func storeMetricFilter(trialID int64) store.MetricFilter {
 	return store.MetricFilter{TrialID: trialID, AfterStep: -1}
+}
+
+func (h *harness) evs() []virga.Event {
+	evs, _ := h.st.Events(context.Background(), store.EventFilter{})
+	return evs
 }

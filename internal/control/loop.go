@@ -26,6 +26,10 @@ type eventInput struct{ ev backend.Event }
 
 type tickInput struct{}
 
+// stepReq is a Step: a tick whose caller waits until its pass has been
+// committed and acted on.
+type stepReq struct{ reply chan result[struct{}] }
+
 // startFailed says an attempt could not be started (or adopted). lost marks
 // failures that are not the trial's (recovery could not adopt it); the others
 // count as a failed attempt, so a start that fails every time ends the trial
@@ -47,7 +51,9 @@ type iteration struct {
 	after    []func() // run after the commit, in order
 	toStart  []*trialState
 	asks     map[*trialState]chan result[Asked]
-	again    bool // run another pass at once (new experiments)
+	again    bool                    // run another pass at once (new experiments)
+	tick     bool                    // check timeouts and budgets (a tick or a Step)
+	steps    []chan result[struct{}] // Step calls answered once the pass is acted on
 }
 
 func newIteration() *iteration {
@@ -78,9 +84,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.err = err
 		return err
 	}
-	close(c.ready)
-	tick := time.NewTicker(c.cfg.TickInterval)
+	// The ticker is armed before Ready: a test that advances a fake clock
+	// once the loop is ready fires it.
+	tick := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer tick.Stop()
+	close(c.ready)
 	events := c.cfg.Backend.Events()
 	for {
 		var ins []input
@@ -100,7 +108,7 @@ func (c *Controller) Run(ctx context.Context) error {
 				continue
 			}
 			ins = append(ins, eventInput{ev})
-		case <-tick.C:
+		case <-tick.C():
 			ins = append(ins, tickInput{})
 		}
 	drain:
@@ -131,12 +139,50 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
+// Step makes the running loop (Run) take one pass at once and waits for it:
+// the pass handles every request and backend event sent before the call
+// (unless more than MaxBatch are waiting), checks timeouts and budgets as a
+// tick does, decides, commits, and acts: when Step returns, the stops it
+// decided have been sent to the backend and the attempts it started have
+// returned from the backend's Start (a failed start is in the inbox, for the
+// next pass). With a fake clock, tests advance the clock and Step instead of
+// waiting for the ticker.
+func (c *Controller) Step(ctx context.Context) error {
+	reply := make(chan result[struct{}], 1)
+	_, err := call(ctx, c, stepReq{reply}, reply)
+	return err
+}
+
 // iterate runs one pass: handle inputs, schedule, commit, create attempts,
 // commit, act. See the numbered steps.
-func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) error {
+func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (err error) {
 	defer c.met.timePass()()
 	ins = append(c.pendingInputs, ins...)
 	c.pendingInputs = nil
+	// Steps are answered once every launch begun so far has returned.
+	var steps []chan result[struct{}]
+	defer func() {
+		c.launching = slices.DeleteFunc(c.launching, func(done chan struct{}) bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		})
+		if len(steps) == 0 {
+			return
+		}
+		launching := slices.Clone(c.launching)
+		go func() {
+			for _, done := range launching {
+				<-done
+			}
+			for _, s := range steps {
+				s <- result[struct{}]{err: err}
+			}
+		}()
+	}()
 	for {
 		// 1. Handle every input, changing memory and collecting the batch.
 		it.b.Events = append(it.b.Events, c.pendingEvents...)
@@ -144,12 +190,19 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) er
 		for _, in := range ins {
 			c.handle(it, in)
 		}
+		if it.tick {
+			// After the pass's events: a timeout or budget is judged on
+			// what is known now, not on the order the inputs came in.
+			c.checkTimeouts(it)
+			c.checkBudgets(it)
+		}
 		// 2. Decide which trials start and which new trials to create, and
 		// add the attempts of the trials that start.
 		c.schedule(it)
 		launches := c.createAttempts(it, it.toStart)
 		// 3. Commit; new trials and attempts get their IDs.
 		if err := c.commit(ctx, it); err != nil {
+			steps = append(steps, it.steps...)
 			return err
 		}
 		for _, ts := range it.trials {
@@ -172,8 +225,14 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) er
 				reply <- result[Asked]{v: Asked{Trial: cloneTrial(l.ts.t), AttemptID: l.la.attemptID, Token: TrialToken(c.cfg.Secret, l.ts.t.ID)}}
 				continue
 			}
-			go c.launch(ctx, l)
+			done := make(chan struct{})
+			c.launching = append(c.launching, done)
+			go func() {
+				defer close(done)
+				c.launch(ctx, l)
+			}()
 		}
+		steps = append(steps, it.steps...)
 		if !it.again {
 			return nil
 		}
@@ -291,8 +350,10 @@ func (c *Controller) handle(it *iteration, in input) {
 		}
 		c.handleExit(it, ev, noCapacity)
 	case tickInput:
-		c.checkTimeouts(it)
-		c.checkBudgets(it)
+		it.tick = true
+	case stepReq:
+		it.tick = true
+		it.steps = append(it.steps, in.reply)
 	case *submitReq:
 		c.handleSubmit(it, in)
 	case *reportReq:

@@ -94,7 +94,7 @@ func (p *pooledBackend) exit(ev backend.Event) {
 	p.pmu.Unlock()
 	ev.Kind = backend.Exited
 	if ev.Time.IsZero() {
-		ev.Time = time.Now()
+		ev.Time = p.clk.Now()
 	}
 	p.emit(ev)
 }
@@ -166,7 +166,6 @@ func TestFirstFit(t *testing.T) {
 // with the attempt and handed to the backend.
 func TestPlacementOnPools(t *testing.T) {
 	h := newHarness(t)
-	h.tick = 10 * time.Millisecond
 	be := onePerPool(false)
 	h.start(be)
 	e := h.submit(expYAML("placed", "max_trials: 2\nmax_concurrent: 2\nresources: {cpu: 1}"))
@@ -175,7 +174,7 @@ func TestPlacementOnPools(t *testing.T) {
 		t.Fatalf("first attempt on pool %q, want ondemand (spot is down)", s1.Pool)
 	}
 	h.started(s1)
-	h.noStart(100 * time.Millisecond) // ondemand is full, spot down
+	h.noStart() // ondemand is full, spot down
 	if ts := h.trials(e.ID); len(ts) != 1 {
 		t.Fatalf("%d trials, want 1: no trial is proposed while no pool has room", len(ts))
 	}
@@ -197,7 +196,6 @@ func TestPlacementOnPools(t *testing.T) {
 // the trial is refused and the trial waits.
 func TestPlaceHook(t *testing.T) {
 	h := newHarness(t)
-	h.tick = 10 * time.Millisecond
 	var mu sync.Mutex
 	var asked []control.Placement
 	pick := "nowhere"
@@ -211,7 +209,7 @@ func TestPlaceHook(t *testing.T) {
 	h.start(be)
 	h.submit(expYAML("hook", "max_trials: 1\nresources: {cpu: 1}"))
 	h.eventually("the policy to be asked", func() bool { mu.Lock(); defer mu.Unlock(); return len(asked) > 0 })
-	h.noStart(50 * time.Millisecond) // "nowhere" is no pool
+	h.noStart() // "nowhere" is no pool
 	mu.Lock()
 	pick = "ondemand"
 	mu.Unlock()
@@ -239,7 +237,6 @@ func TestPlaceHook(t *testing.T) {
 // (the on-demand one), and no restart is counted.
 func TestPreemptedTrialResumes(t *testing.T) {
 	h := newHarness(t)
-	h.tick = 10 * time.Millisecond
 	be := onePerPool(true)
 	h.start(be)
 	e := h.submit(expYAML("preempted", "max_trials: 1\nmax_restarts: 0\nresources: {cpu: 1}"))
@@ -308,12 +305,14 @@ func TestPreemptionsWithoutProgressAreBounded(t *testing.T) {
 		trialID = s.TrialID
 		h.started(s)
 		be.preempt(s.AttemptID)
+		h.step()
+		h.clk.Advance(h.tick) // from the second, a preempted trial waits a tick
 	}
 	tr := h.waitTrial(trialID, virga.TrialFailed)
 	if !strings.Contains(tr.Message, "preempted 7 times in a row without saving a new checkpoint") || tr.Restarts != 1 {
 		t.Errorf("trial %+v, want FAILED after 5 free preemptions and max_restarts 1", tr)
 	}
-	h.noStart(50 * time.Millisecond)
+	h.noStart()
 }
 
 // TestPreemptedWhileStopping: an attempt preempted while its experiment is
@@ -343,7 +342,6 @@ func TestPreemptedWhileStopping(t *testing.T) {
 // pool, and a preemption seen by the next server resumes the trial.
 func TestRecoverAttemptOnPool(t *testing.T) {
 	h := newHarness(t)
-	h.tick = 10 * time.Millisecond
 	h.start(onePerPool(true))
 	h.submit(expYAML("recover", "max_trials: 1\nmax_restarts: 0\nresources: {cpu: 1}"))
 	s := h.nextStart()

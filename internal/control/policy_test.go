@@ -10,6 +10,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/schedule"
 	"github.com/virga-ml/virga/internal/store"
@@ -30,11 +31,10 @@ func policyPools() map[string]control.PoolInfo {
 
 // policyHarness runs a controller on a fake clock over be with Virga's
 // experiment policy and policyPools.
-func policyHarness(t *testing.T, be *pooledBackend) (*harness, *fakeClock) {
-	clk := &fakeClock{now: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)}
+func policyHarness(t *testing.T, be *pooledBackend) (*harness, *clock.Fake) {
+	clk := clock.NewFake(time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC))
 	h := newHarness(t)
-	h.tick = 10 * time.Millisecond
-	h.now = clk.Now
+	h.clk = clk
 	h.startPolicy(be)
 	return h, clk
 }
@@ -52,19 +52,21 @@ func policyYAML(n int, extra string) string {
 	return expYAML("policy", "max_trials: "+string(rune('0'+n))+"\nmax_concurrent: 1\nresources: {cpu: 1}\n"+extra)
 }
 
-// waitStart returns the backend's next start within d, or nil.
-func (h *harness) waitStart(d time.Duration) *backend.StartSpec {
+// stepStart steps the loop once and returns the start it made, or nil.
+func (h *harness) stepStart() *backend.StartSpec {
+	h.t.Helper()
+	h.step()
 	select {
 	case s := <-h.be.starts:
 		return s
-	case <-time.After(d):
+	default:
 		return nil
 	}
 }
 
 // train reports steps from..to of s, one a minute on clk, each saving a
 // checkpoint when save.
-func (h *harness) train(clk *fakeClock, s *backend.StartSpec, from, to int64, save bool) {
+func (h *harness) train(clk *clock.Fake, s *backend.StartSpec, from, to int64, save bool) {
 	h.t.Helper()
 	for step := from; step <= to; step++ {
 		clk.Advance(time.Minute)
@@ -80,7 +82,7 @@ func (h *harness) train(clk *fakeClock, s *backend.StartSpec, from, to int64, sa
 }
 
 // complete runs s's trial to step 10 (a minute a step) and ends it.
-func (h *harness) complete(be *pooledBackend, clk *fakeClock, s *backend.StartSpec) {
+func (h *harness) complete(be *pooledBackend, clk *clock.Fake, s *backend.StartSpec) {
 	h.t.Helper()
 	h.settle(s)
 	h.train(clk, s, 1, 10, false)
@@ -109,7 +111,7 @@ func TestPolicyWaitsForSpotWhenTimeAllows(t *testing.T) {
 	h.eventually("a second trial", func() bool { return len(h.trials(e.ID)) == 2 })
 	for range 3 {
 		clk.Advance(30 * time.Second)
-		if s := h.waitStart(50 * time.Millisecond); s != nil {
+		if s := h.stepStart(); s != nil {
 			t.Fatalf("trial %d started on pool %s while spot capacity is down and the deadline is far; want it to wait", s.TrialID, s.Pool)
 		}
 	}
@@ -142,7 +144,7 @@ func TestPolicyOnDemandForDeadline(t *testing.T) {
 	latest := start.Add(20 * time.Minute)
 	var s2 *backend.StartSpec
 	for s2 == nil && !clk.Now().After(latest) {
-		if s2 = h.waitStart(50 * time.Millisecond); s2 == nil {
+		if s2 = h.stepStart(); s2 == nil {
 			clk.Advance(15 * time.Second)
 		}
 	}
@@ -169,7 +171,7 @@ func TestPolicyOnDemandForDeadline(t *testing.T) {
 // moves the clock to 20 minutes before the deadline: the trial must move to
 // on-demand capacity. It returns the spot attempt (stopped) and the
 // trial's checkpoint.
-func movingTrial(t *testing.T, h *harness, be *pooledBackend, clk *fakeClock) (*virga.Experiment, *backend.StartSpec, string) {
+func movingTrial(t *testing.T, h *harness, be *pooledBackend, clk *clock.Fake) (*virga.Experiment, *backend.StartSpec, string) {
 	t.Helper()
 	start := clk.Now()
 	e := h.submit(policyYAML(3, "deadline: 10h"))
@@ -223,7 +225,7 @@ func TestPolicyMovesRunningTrial(t *testing.T) {
 	if !moving {
 		t.Errorf("no trial.moving event among %+v", evs)
 	}
-	if s := h.waitStart(50 * time.Millisecond); s != nil {
+	if s := h.stepStart(); s != nil {
 		t.Fatalf("trial %d started on %s before the moved attempt ended", s.TrialID, s.Pool)
 	}
 	// A report while it is being moved is recorded, and told to stop.
@@ -344,8 +346,7 @@ func TestPolicyKeepsMoveTarget(t *testing.T) {
 	clk.Advance(start.Add(10*time.Hour - 20*time.Minute).Sub(clk.Now()))
 	h.eventually("the second trial to be stopped", func() bool { return be.stopped(s2.AttemptID) })
 	for range 5 {
-		clk.Advance(time.Second)
-		time.Sleep(30 * time.Millisecond)
+		h.advance(time.Second)
 	}
 	if be.stopped(s3.AttemptID) {
 		t.Fatalf("the third trial was stopped too, while the only on-demand slot is kept for the second (%q)", h.trial(s3.TrialID).Message)
@@ -380,8 +381,9 @@ func TestPolicySaysWhenTheDeadlineCannotBeMet(t *testing.T) {
 		return msgs
 	}
 	h.eventually("the experiment to be told it is late", func() bool { return len(late()) > 0 })
-	clk.Advance(time.Minute)
-	time.Sleep(20 * h.tick)
+	for range 3 {
+		h.advance(20 * time.Second)
+	}
 	msgs := late()
 	if len(msgs) != 1 || !strings.HasPrefix(msgs[0], "the deadline cannot be met even on on-demand capacity: about 20m0s of work left at 1 at a time, earliest finish about ") {
 		t.Errorf("late events %q", msgs)
@@ -403,7 +405,7 @@ func TestPolicyKnowsStepTimesAfterRestart(t *testing.T) {
 	h.startPolicy(be2)
 	for range 3 {
 		clk.Advance(30 * time.Second)
-		if s := h.waitStart(50 * time.Millisecond); s != nil {
+		if s := h.stepStart(); s != nil {
 			t.Fatalf("after a restart, trial %d started on pool %s while spot capacity is down and the deadline is far; want it to wait", s.TrialID, s.Pool)
 		}
 	}

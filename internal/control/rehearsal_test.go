@@ -109,17 +109,23 @@ func serve(t *testing.T, h *harness, pools []local.Pool) (stop func()) {
 	return stop
 }
 
-// waitEnd waits for an experiment to end and returns it.
+// waitEnd waits for an experiment to end and returns it: its trials are
+// real processes, so it waits for the loop's updates, not on passes.
 func waitEnd(t *testing.T, h *harness, id int64) *virga.Experiment {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !h.exp(id).State.Terminal() {
-		if time.Now().After(deadline) {
+	ups, cancel := h.ctl.Subscribe(id)
+	defer cancel()
+	timeout := time.After(30 * time.Second)
+	for {
+		if e := h.exp(id); e.State.Terminal() {
+			return e
+		}
+		select {
+		case <-ups:
+		case <-timeout:
 			t.Fatalf("the experiment did not end within 30s: %+v", h.trials(id))
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	return h.exp(id)
 }
 
 // rehearse runs yaml to its end on a server with pools.

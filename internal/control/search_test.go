@@ -159,6 +159,7 @@ seed: 42
 		h.report(s.AttemptID, step, 0.2+1/float64(step))
 	}
 	// Progress is written at most once a second.
+	h.advance(time.Second)
 	var p *virga.Prediction
 	h.eventually("the prediction to be stored", func() bool {
 		tr, err := h.st.Trial(context.Background(), s.TrialID)
@@ -203,7 +204,7 @@ func TestPromotionWaitsForThePauseToEnd(t *testing.T) {
 		t.Errorf("pausing trial's message %q", tr.Message)
 	}
 	h.exited(s2.AttemptID, 0) // t2 exits first: t1 is still checkpointing
-	h.noStart(100 * time.Millisecond)
+	h.noStart()
 	h.exited(s1.AttemptID, 0)
 	s4 := h.nextStart()
 	if s4.TrialID != s1.TrialID {
@@ -240,15 +241,16 @@ func TestCrashWhilePausing(t *testing.T) {
 	}
 	// The search goes on: every attempt that starts runs (the other trials,
 	// the promoted ones) until the experiment completes.
-	deadline := time.After(waitFor)
-	for h.exp(e.ID).State != virga.ExperimentCompleted {
+	for range 100 {
+		h.step()
+		if h.exp(e.ID).State == virga.ExperimentCompleted {
+			break
+		}
 		var s *backend.StartSpec
 		select {
 		case s = <-h.be.starts:
-		case <-time.After(10 * time.Millisecond):
-			continue // the experiment may be completing
-		case <-deadline:
-			t.Fatalf("experiment %d did not complete: %s", e.ID, h.exp(e.ID).State)
+		default:
+			t.Fatalf("experiment %d neither completed nor started an attempt: %s", e.ID, h.exp(e.ID).State)
 		}
 		h.started(s)
 		step := int64(1)
@@ -257,6 +259,9 @@ func TestCrashWhilePausing(t *testing.T) {
 		}
 		h.report(s.AttemptID, step, 0.3+0.1*float64(s.TrialID))
 		h.exited(s.AttemptID, 0)
+	}
+	if st := h.exp(e.ID).State; st != virga.ExperimentCompleted {
+		t.Fatalf("experiment %d did not complete: %s", e.ID, st)
 	}
 	completed := 0
 	for _, tr := range h.trials(e.ID) {

@@ -31,10 +31,19 @@ func (f *failingBackend) Start(ctx context.Context, s *backend.StartSpec) error 
 // max_restarts instead of looping.
 func TestStartThatAlwaysFailsEndsTheTrial(t *testing.T) {
 	h := newHarness(t)
-	h.tick = 10 * time.Millisecond
+	h.tick = time.Second
 	be := &failingBackend{fakeBackend: newFakeBackend()}
 	h.start(be)
 	e := h.submit(expYAML("nostart", "max_trials: 1\nmax_restarts: 2"))
+	for try := int64(1); try <= 2; try++ {
+		// The failure comes back in the next pass; the retry waits a tick.
+		h.step()
+		h.step()
+		if n := be.tries.Load(); n != try {
+			t.Fatalf("%d starts tried before the pause ended, want %d", n, try)
+		}
+		h.advance(h.tick)
+	}
 	if got := h.waitExp(e.ID, virga.ExperimentFailed); got.Reason != virga.ReasonAllTrialsFailed {
 		t.Errorf("experiment reason %q, want %q", got.Reason, virga.ReasonAllTrialsFailed)
 	}

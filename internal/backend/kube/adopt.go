@@ -60,7 +60,7 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 	if len(pods) == 0 {
 		b.ended[at.ID] = true
 		b.mu.Unlock()
-		b.q.Push(backend.Event{AttemptID: at.ID, Kind: backend.Exited, Time: b.cfg.Now(), Lost: true, Pool: at.Pool,
+		b.q.Push(backend.Event{AttemptID: at.ID, Kind: backend.Exited, Time: b.cfg.Clock.Now(), Lost: true, Pool: at.Pool,
 			Message: "no pod of the attempt was found: it ended or was deleted while no server watched it"})
 		return nil
 	}

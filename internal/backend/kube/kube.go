@@ -20,6 +20,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/clock"
 )
 
 // Labels and annotations the backend puts on its pods and services.
@@ -136,8 +137,9 @@ type Config struct {
 	// informer's first list in New; default 60 s.
 	APITimeout  time.Duration
 	SyncTimeout time.Duration
-	// Now is the clock; default time.Now.
-	Now    func() time.Time
+	// Clock is the backend's time: event times and the timers of stops,
+	// start timeouts and stuck deletions; nil means the real clock.
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -172,7 +174,7 @@ type Backend struct {
 	mu       sync.Mutex
 	attempts map[int64]*attempt
 	ended    map[int64]bool
-	timers   map[*time.Timer]bool
+	timers   map[clock.Timer]bool
 	closed   bool
 	swept    bool
 
@@ -229,14 +231,12 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = time.Minute
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	b := &Backend{cfg: cfg, client: client, log: cfg.Logger, attempts: map[int64]*attempt{},
-		ended: map[int64]bool{}, timers: map[*time.Timer]bool{}, stop: make(chan struct{})}
+		ended: map[int64]bool{}, timers: map[clock.Timer]bool{}, stop: make(chan struct{})}
 	if len(cfg.Pools) == 0 {
 		if cfg.Capacity == (virga.Resources{}) {
 			return nil, errors.New("kubernetes backend: give pools, or the capacity of its single pool")
@@ -379,8 +379,8 @@ func (b *Backend) after(d time.Duration, f func()) {
 	if b.closed {
 		return
 	}
-	var t *time.Timer
-	t = time.AfterFunc(max(d, 0), func() {
+	var t clock.Timer
+	t = b.cfg.Clock.AfterFunc(max(d, 0), func() {
 		b.mu.Lock()
 		if b.timers == nil || !b.timers[t] {
 			b.mu.Unlock()

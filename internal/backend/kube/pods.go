@@ -131,7 +131,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 			dels = append(dels, podName(a.name, i))
 		}
 	}
-	b.watchStart(a, b.cfg.Now())
+	b.watchStart(a, b.cfg.Clock.Now())
 	dels = append(dels, b.evaluate(a)...)
 	grace := a.grace
 	if a.stopping {
@@ -320,7 +320,7 @@ func (b *Backend) sweep() {
 	if b.cfg.FinishedTTL < 0 {
 		return
 	}
-	now := b.cfg.Now()
+	now := b.cfg.Clock.Now()
 	var dels []string
 	b.mu.Lock()
 	for _, obj := range b.informer.GetStore().List() {

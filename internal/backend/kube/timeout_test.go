@@ -11,6 +11,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/clock"
 )
 
 func TestStartTimeout(t *testing.T) {
@@ -39,15 +40,20 @@ func TestStartTimeout(t *testing.T) {
 
 func TestStartTimeoutDoesNotEndARunningAttempt(t *testing.T) {
 	c := newCluster(t)
-	// The timeout leaves room for a loaded machine to run the pod before
-	// it; the wait after is twice as long.
-	b := c.backend(Config{StartTimeout: 500 * time.Millisecond})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	b := c.backend(Config{StartTimeout: time.Minute, Clock: clk})
 	if err := b.Start(context.Background(), startSpec(1)); err != nil {
 		t.Fatal(err)
 	}
 	c.run("virga-1-0")
 	next(t, b)
-	time.Sleep(time.Second)
+	if clk.Waiters() != 1 {
+		t.Fatalf("%d timers on the clock, want the start timeout's", clk.Waiters())
+	}
+	clk.Advance(2 * time.Minute) // the timeout's timer runs, and finds it running
+	if clk.Waiters() != 0 {
+		t.Fatalf("%d timers on the clock after the timeout, want none", clk.Waiters())
+	}
 	none(t, b)
 }
 

@@ -98,7 +98,7 @@ func (b *Backend) watchTerminating(a *attempt, ps *podState) {
 		return
 	}
 	ps.watching = true
-	d := time.Until(ps.pod.DeletionTimestamp.Time.Add(b.cfg.LostAfter))
+	d := ps.pod.DeletionTimestamp.Time.Add(b.cfg.LostAfter).Sub(b.cfg.Clock.Now())
 	b.after(d, func() {
 		b.mu.Lock()
 		if b.attempts[a.id] != a || ps.gone {
@@ -140,7 +140,7 @@ func (b *Backend) watchStart(a *attempt, since time.Time) {
 	if b.cfg.StartTimeout <= 0 || a.started || a.exited {
 		return
 	}
-	b.after(time.Until(since.Add(b.cfg.StartTimeout)), func() {
+	b.after(since.Add(b.cfg.StartTimeout).Sub(b.cfg.Clock.Now()), func() {
 		b.mu.Lock()
 		if b.attempts[a.id] != a || a.started || a.stopping {
 			b.mu.Unlock()
@@ -294,7 +294,7 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 			}
 		}
 	}
-	now := b.cfg.Now()
+	now := b.cfg.Clock.Now()
 	if !a.started && allRan {
 		a.started = true
 		var nodes []string

@@ -55,7 +55,7 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 	a := &attempt{id: at.ID, dir: at.Dir, pool: p}
 	if rec, err := readPreemptRecord(at.Dir); err == nil {
 		// Warned already: never SIGTERM again, SIGKILL at the reclaim.
-		a.preempted, a.termSent, a.preemptKillAt = true, true, time.Unix(0, rec.KillAtNS)
+		a.preempted, a.termSent, a.preemptKillAt = true, true, b.fromWall(time.Unix(0, rec.KillAtNS))
 	}
 	b.mu.Lock()
 	switch {

@@ -21,6 +21,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/agent"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/clock"
 )
 
 // ErrNoCapacity is returned (wrapped) by Start when the attempt's resources do
@@ -46,10 +47,11 @@ type Config struct {
 	// variables; `PROCESSES MASTER_PORT GRACE_SECONDS -- ARGV...` is
 	// appended. Default: [os.Executable(), "gang"] (agent.GangMain).
 	GangCommand []string
-	// Now is the clock for event times and for the pools' availability; nil
-	// means time.Now. The emulation waits for the times it gives with real
-	// timers, so it must advance at the pace of the wall clock.
-	Now func() time.Time
+	// Clock is the backend's time: event times, the pools' availability
+	// and the grace a Stop gives before its SIGKILL; nil means the real
+	// clock. What is written for other processes (the shim's stop file, the
+	// preemption record a later server reads) is converted to the wall clock.
+	Clock clock.Clock
 	// PollInterval is how often an adopted attempt's lock is tried to learn
 	// that its shim ended. Default 100ms.
 	PollInterval time.Duration
@@ -76,7 +78,8 @@ type Backend struct {
 	named    bool            // pools were configured
 	shim     []string
 	gang     []string
-	now      func() time.Time
+	clock    clock.Clock
+	now      func() time.Time // clock.Now
 	poll     time.Duration
 	warm     int
 	drain    time.Duration // handed to each shim
@@ -115,12 +118,12 @@ type attempt struct {
 	stopAsked  bool          // Stop came before the pid was known
 	stopGrace  time.Duration // the shortest grace asked before the pid was known
 	termSent   bool
-	killAt     time.Time // wall clock
-	killTimer  *time.Timer
+	killAt     time.Time // the backend's clock
+	killTimer  clock.Timer
 	killIssued bool
 
 	// preempted: its pool's reclaim was announced to it (PreemptFile
-	// written); it is killed at preemptKillAt (wall clock).
+	// written); it is killed at preemptKillAt (the backend's clock).
 	preempted     bool
 	preemptKillAt time.Time
 }
@@ -131,7 +134,7 @@ func New(cfg Config) (*Backend, error) {
 		capacity: cfg.Capacity,
 		shim:     cfg.ShimCommand,
 		gang:     cfg.GangCommand,
-		now:      cfg.Now,
+		clock:    clock.Or(cfg.Clock),
 		poll:     cfg.PollInterval,
 		attempts: make(map[int64]*attempt),
 	}
@@ -168,9 +171,7 @@ func New(cfg Config) (*Backend, error) {
 		}
 		b.gang = []string{exe, "gang"}
 	}
-	if b.now == nil {
-		b.now = time.Now
-	}
+	b.now = b.clock.Now
 	if b.poll <= 0 {
 		b.poll = 100 * time.Millisecond
 	}
@@ -437,7 +438,7 @@ func (b *Backend) started(a *attempt, pid int, t time.Time) {
 	b.q.Push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: t, PID: pid, Pool: b.poolName(a)})
 	// The group may be gone already.
 	if a.stopAsked {
-		_ = b.stopLocked(a, time.Now().Add(a.stopGrace))
+		_ = b.stopLocked(a, b.now().Add(a.stopGrace))
 	}
 	if a.preempted {
 		_ = b.stopLocked(a, a.preemptKillAt)
@@ -500,14 +501,14 @@ func (b *Backend) Stop(attemptID int64, grace time.Duration) error {
 		}
 		return nil
 	}
-	if err := b.stopLocked(a, time.Now().Add(grace)); err != nil {
+	if err := b.stopLocked(a, b.now().Add(grace)); err != nil {
 		return fmt.Errorf("stopping attempt %d: %w", attemptID, err)
 	}
 	return nil
 }
 
 // stopLocked sends SIGTERM to a's group (unless it was sent already) and
-// SIGKILL at killAt (wall clock; at once if it is past); a later call can
+// SIGKILL at killAt (the backend's clock; at once if it is past); a later call can
 // only bring the SIGKILL closer. b.mu is held and a.pid is known.
 func (b *Backend) stopLocked(a *attempt, killAt time.Time) error {
 	if a.killIssued {
@@ -521,7 +522,7 @@ func (b *Backend) stopLocked(a *attempt, killAt time.Time) error {
 		a.killTimer = nil
 	}
 	a.killAt = killAt
-	grace := time.Until(killAt)
+	grace := killAt.Sub(b.now())
 	if grace <= 0 {
 		a.termSent, a.killIssued = true, true
 		return signalGroup(a.pid, unix.SIGKILL)
@@ -530,23 +531,40 @@ func (b *Backend) stopLocked(a *attempt, killAt time.Time) error {
 		a.termSent = true
 		// Tell the shim how long the group may take to end, in case the
 		// trial's own process (a wrapper) exits before the rest of it.
-		stop := []byte(strconv.FormatInt(killAt.UnixNano(), 10) + "\n")
+		stop := []byte(strconv.FormatInt(b.wall(killAt).UnixNano(), 10) + "\n")
 		// Best effort: without it a wrapped trainer gets the shim's drain time.
 		_ = os.WriteFile(filepath.Join(a.dir, StopFile), stop, 0o644)
 		if err := signalGroup(a.pid, unix.SIGTERM); err != nil {
 			return err
 		}
 	}
-	a.killTimer = time.AfterFunc(grace, func() {
+	a.killTimer = b.clock.AfterFunc(grace, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if a.done || b.closed || a.killIssued || time.Now().Before(a.killAt) {
+		if a.done || b.closed || a.killIssued || b.now().Before(a.killAt) {
 			return
 		}
 		a.killIssued = true
 		_ = signalGroup(a.pid, unix.SIGKILL)
 	})
 	return nil
+}
+
+// wall converts t on the backend's clock to the wall clock, for other
+// processes.
+func (b *Backend) wall(t time.Time) time.Time {
+	if _, ok := b.clock.(clock.Real); ok {
+		return t
+	}
+	return time.Now().Add(t.Sub(b.now()))
+}
+
+// fromWall converts t on the wall clock to the backend's clock.
+func (b *Backend) fromWall(t time.Time) time.Time {
+	if _, ok := b.clock.(clock.Real); ok {
+		return t
+	}
+	return b.now().Add(time.Until(t))
 }
 
 // signalGroup signals the process group led by pid; if the trial left that

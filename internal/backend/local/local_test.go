@@ -20,6 +20,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/clock"
 )
 
 func intp(n int) *int { return &n }
@@ -49,7 +50,7 @@ func TestExit(t *testing.T) {
 			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
 				fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-				b := newBackend(t, Config{Now: func() time.Time { return fixed }, WarmShims: mode.warm})
+				b := newBackend(t, Config{Clock: clock.NewFake(fixed), WarmShims: mode.warm})
 				s := shSpec(t, int64(i+1), tc.script)
 				started := start(t, b, s)
 				if !started.Time.Equal(fixed) {
@@ -123,6 +124,41 @@ func TestStopIgnoredTERMKillsAfterGrace(t *testing.T) {
 		t.Errorf("killed after %s, before the grace", d)
 	}
 	waitFor(t, "the grandchild to die", func() bool { return processGone(child) })
+}
+
+// TestStopGraceRunsOnTheClock: the SIGKILL at the end of a Stop's grace is
+// a timer on the backend's clock: advancing a fake clock past an hour's
+// grace kills the trial at once, and the shim is told the kill time on the
+// wall clock.
+func TestStopGraceRunsOnTheClock(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	b := newBackend(t, Config{Clock: clk})
+	s := shSpec(t, 1, `trap '' TERM; echo ready; while :; do sleep 0.05; done`)
+	start(t, b, s)
+	waitOutput(t, s.Dir, "ready")
+	timers := clk.Waiters()
+	if err := b.Stop(s.AttemptID, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := clk.Waiters(); got != timers+1 {
+		t.Fatalf("%d timers on the clock after Stop, want %d (the SIGKILL's)", got, timers+1)
+	}
+	killAt, ok := readStopFile(filepath.Join(s.Dir, StopFile))
+	if d := time.Until(killAt); !ok || d < 59*time.Minute || d > time.Hour {
+		t.Errorf("stop file says kill at %v (in %s), want an hour from now on the wall clock", killAt, d)
+	}
+	clk.Advance(time.Hour - time.Millisecond)
+	select {
+	case ev := <-b.Events():
+		t.Fatalf("event %+v before the grace ended", ev)
+	default:
+	}
+	clk.Advance(time.Millisecond)
+	ev := expect(t, b, s.AttemptID, backend.Exited)
+	if ev.Signal != "killed" {
+		t.Fatalf("Exited = %+v, want signal killed", ev)
+	}
 }
 
 func TestStopKillsProcessGroup(t *testing.T) {

@@ -180,12 +180,12 @@ func (b *Backend) sleepUntil(t time.Time) bool {
 		if d <= 0 {
 			return true
 		}
-		timer := time.NewTimer(d)
+		timer := b.clock.NewTimer(d)
 		select {
 		case <-b.ctx.Done():
 			timer.Stop()
 			return false
-		case <-timer.C:
+		case <-timer.C():
 		}
 	}
 }
@@ -237,8 +237,11 @@ func (b *Backend) preemptLocked(a *attempt, reclaimAt time.Time) {
 		return
 	}
 	a.preempted = true
-	a.preemptKillAt = time.Now().Add(max(reclaimAt.Sub(b.now()), 0))
-	rec := preemptRecord{Pool: a.pool.name, ReclaimAt: reclaimAt, KillAtNS: a.preemptKillAt.UnixNano()}
+	a.preemptKillAt = reclaimAt
+	if now := b.now(); reclaimAt.Before(now) {
+		a.preemptKillAt = now
+	}
+	rec := preemptRecord{Pool: a.pool.name, ReclaimAt: reclaimAt, KillAtNS: b.wall(a.preemptKillAt).UnixNano()}
 	// Best effort: without it, a server adopting the attempt would not know.
 	_ = writeJSONAtomic(filepath.Join(a.dir, PreemptFile), rec, false)
 	if a.pid != 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/clock"
 )
 
 // fakeSlurm writes sbatch, squeue and scancel scripts into a directory:
@@ -112,10 +113,13 @@ func TestStopWhileSubmitting(t *testing.T) {
 }
 
 // A running job that is stopped gets SIGTERM on its steps, then SIGKILL
-// and a cancellation after the grace; a job that vanishes from squeue is
-// lost, but only once a query begun after its submission misses it.
+// and a cancellation when the grace has passed on the backend's clock; a
+// job that vanishes from squeue is lost, but only once a query begun after
+// its submission misses it.
 func TestStopAndLost(t *testing.T) {
 	dir, cfg := fakeSlurm(t, "0")
+	clk := clock.NewFake(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
+	cfg.Clock = clk
 	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -129,17 +133,14 @@ func TestStopAndLost(t *testing.T) {
 	if ev := nextEvent(t, b); ev.Kind != backend.Started || ev.Pool != "p" || !ev.Time.Equal(time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)) {
 		t.Fatalf("event %+v, want Started at the job's start", ev)
 	}
-	_ = b.Stop(8, 200*time.Millisecond)
-	time.Sleep(100 * time.Millisecond)
-	got, _ := os.ReadFile(filepath.Join(dir, "scancel.log"))
-	if strings.TrimSpace(string(got)) != "--signal=TERM 42" {
-		t.Fatalf("scancel calls %q, want SIGTERM to the steps first", got)
+	_ = b.Stop(8, time.Hour)
+	waitLog(t, dir, "scancel.log", "--signal=TERM 42\n")
+	clk.Advance(time.Hour - time.Millisecond)
+	if got, _ := os.ReadFile(filepath.Join(dir, "scancel.log")); string(got) != "--signal=TERM 42\n" {
+		t.Fatalf("scancel calls %q before the grace ended, want the SIGTERM only", got)
 	}
-	time.Sleep(300 * time.Millisecond)
-	got, _ = os.ReadFile(filepath.Join(dir, "scancel.log"))
-	if string(got) != "--signal=TERM 42\n--signal=KILL --full 42\n42\n" {
-		t.Fatalf("scancel calls %q, want SIGTERM, then SIGKILL and the cancellation after the grace", got)
-	}
+	clk.Advance(time.Millisecond)
+	waitLog(t, dir, "scancel.log", "--signal=TERM 42\n--signal=KILL --full 42\n42\n")
 	noEvent(t, b, 100*time.Millisecond)
 
 	// Gone from squeue: lost.

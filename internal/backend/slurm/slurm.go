@@ -20,6 +20,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/agent"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/clock"
 )
 
 // Pool is one capacity pool: a Slurm partition (with an optional QoS and
@@ -96,8 +97,9 @@ type Config struct {
 	// Location is the time zone of the times squeue prints (the
 	// controller's local time); nil means time.Local.
 	Location *time.Location
-	// Now is the clock of event times; nil means time.Now.
-	Now func() time.Time
+	// Clock is the backend's time: event times, orphan watching and the
+	// grace a Stop gives before its SIGKILL; nil means the real clock.
+	Clock clock.Clock
 	// Logger receives what goes wrong with commands; nil discards.
 	Logger *slog.Logger
 }
@@ -145,7 +147,7 @@ type attempt struct {
 	termSent   bool          // SIGTERM sent (or the pending job cancelled)
 	killed     bool          // the grace ended: SIGKILL sent
 	killAt     time.Time
-	timer      *time.Timer
+	timer      clock.Timer
 }
 
 // Backend runs attempts as Slurm jobs. It implements backend.Backend,
@@ -157,7 +159,8 @@ type Backend struct {
 	named    bool
 	capacity virga.Resources
 	loc      *time.Location
-	now      func() time.Time
+	clock    clock.Clock
+	now      func() time.Time // clock.Now
 	log      *slog.Logger
 	q        *backend.EventQueue
 
@@ -216,14 +219,12 @@ func New(cfg Config) (*Backend, error) {
 	cfg.Squeue = orDefault(cfg.Squeue, "squeue")
 	cfg.Scancel = orDefault(cfg.Scancel, "scancel")
 	cfg.Scontrol = orDefault(cfg.Scontrol, "scontrol")
-	b := &Backend{cfg: cfg, loc: cfg.Location, now: cfg.Now, log: cfg.Logger,
+	b := &Backend{cfg: cfg, loc: cfg.Location, clock: clock.Or(cfg.Clock), log: cfg.Logger,
 		kick: make(chan struct{}, 1), attempts: map[int64]*attempt{}, seen: map[int64]bool{}}
 	if b.loc == nil {
 		b.loc = time.Local
 	}
-	if b.now == nil {
-		b.now = time.Now
-	}
+	b.now = b.clock.Now
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -572,7 +573,7 @@ func (b *Backend) stopNow(a *attempt, grace time.Duration) {
 		if a.timer != nil {
 			a.timer.Stop()
 		}
-		a.timer = time.AfterFunc(grace, func() { b.killNow(a) })
+		a.timer = b.clock.AfterFunc(grace, func() { b.killNow(a) })
 	}
 	kill, term := a.killed, first && !a.killed
 	target := a.jobID
