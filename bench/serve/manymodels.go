@@ -89,7 +89,7 @@ func manyModels(args []string, stdout io.Writer) error {
 	objective := fs.Duration("objective", 100*time.Millisecond, "each request's latency objective (its deadline after arrival)")
 	fraction := fs.Float64("budget", 1.0/6, "the memory budget as a fraction of all the models' memory")
 	seed := fs.Uint64("seed", 1, "the Poisson arrivals' and the models' weights' seed")
-	policies := fs.String("policies", "engine,admit,static", "policies to run: engine (loads on demand, LRU eviction), admit (the same with frequency admission, virga serve's default) and static (the baseline)")
+	policies := fs.String("policies", "engine,admit,cost,static", "policies to run: engine (loads on demand, LRU eviction), admit (the same with frequency admission), cost (cost-aware admission and eviction, virga serve's default) and static (the baseline)")
 	dir := fs.String("dir", "", "where to write the model repository (default: a new temporary directory, removed after)")
 	out := fs.String("out", "", "write each run as a JSON line to this file")
 	hiddenFlag := fs.String("hidden", "256,512,1024,2048", "the models' hidden layer sizes, given in turn in popularity order")
@@ -224,8 +224,8 @@ func manyModels(args []string, stdout io.Writer) error {
 	}
 	var results []mmResult
 	for _, pol := range strings.Split(*policies, ",") {
-		if pol != "engine" && pol != "admit" && pol != "static" {
-			return fmt.Errorf("-policies: %q: want engine, admit or static", pol)
+		if pol != "engine" && pol != "admit" && pol != "cost" && pol != "static" {
+			return fmt.Errorf("-policies: %q: want engine, admit, cost or static", pol)
 		}
 		res, err := runManyModels(pol, root, static, reqs, budget, *objective)
 		if err != nil {
@@ -372,6 +372,7 @@ func runManyModels(policy, root string, static []string, reqs []mmRequest, budge
 		opts.Pinned = static
 	}
 	opts.Admission = policy == "admit"
+	opts.CostAware = policy == "cost"
 	e, err := engine.New(opts)
 	if err != nil {
 		return mmResult{}, err
