@@ -1,6 +1,7 @@
 // Package engine is Virga's inference engine behind serve.Service: models
-// found by a Source, loaded by the runtime their manifest names, kept in a
-// cache under a memory budget (least recently used idle models evicted,
+// found by a Source, loaded by the runtime their manifest names (one at a
+// time; a reload of the same files is not profiled again), kept in a cache
+// under a memory budget (idle models evicted as the admission rule says,
 // never one with requests in flight or queued), and a dispatcher per loaded
 // model that asks a batch.Policy what to run. It serves no protocol (the
 // front ends in internal/serve/oip do) and decides nothing about batching
