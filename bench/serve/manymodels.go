@@ -203,13 +203,17 @@ func manyModels(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "%d requests, %s arrivals over %v (%.0f/s mean), objective %v, one row each, goroutine per request (open loop)\n\n",
 		len(reqs), *arrivals, *span, float64(len(reqs))/span.Seconds(), *objective)
 
-	loadTimes, err := probeLoads(root, models[:min(len(models), len(hidden))])
+	cold, warm, err := probeLoads(root, models[:min(len(models), len(hidden))])
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "one cold load alone (read, decode, warm up, profile) by size:")
-	for i, t := range loadTimes {
+	for i, t := range cold {
 		fmt.Fprintf(stdout, " hidden %d %s %.0fms;", models[i].hidden, mib(models[i].memory), ms(t))
+	}
+	fmt.Fprintf(stdout, "\na reload (read, decode, warm up; the profile kept):")
+	for i, t := range warm {
+		fmt.Fprintf(stdout, " hidden %d %.0fms;", models[i].hidden, ms(t))
 	}
 	fmt.Fprintln(stdout)
 
@@ -244,22 +248,30 @@ func manyModels(args []string, stdout io.Writer) error {
 }
 
 // probeLoads times one load of each of models (the first, one of each
-// size), alone in an engine, before the runs.
-func probeLoads(root string, models []mmModel) ([]time.Duration, error) {
+// size), alone in an engine, before the runs, and a second load after an
+// unload (the profile reused: decode and warm-up).
+func probeLoads(root string, models []mmModel) (cold, warm []time.Duration, err error) {
 	e, err := engine.New(engine.Options{Source: engine.DirSource{Root: root}, Registry: prometheus.NewRegistry()})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer e.Close()
-	var out []time.Duration
 	for i := range models {
 		start := time.Now()
 		if err := e.Load(context.Background(), models[i].name); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, time.Since(start))
+		cold = append(cold, time.Since(start))
+		if err := e.Unload(context.Background(), models[i].name); err != nil {
+			return nil, nil, err
+		}
+		start = time.Now()
+		if err := e.Load(context.Background(), models[i].name); err != nil {
+			return nil, nil, err
+		}
+		warm = append(warm, time.Since(start))
 	}
-	return out, nil
+	return cold, warm, nil
 }
 
 // lruHits replays the requests through an LRU cache of the models under
