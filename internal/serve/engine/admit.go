@@ -87,11 +87,12 @@ func (e *Engine) loadedLocked(name string) bool {
 // twice the victims' weighted requests together (twice: a model displacing
 // another of about the same rate would be displaced back by the next
 // fluctuation, each swap paying two loads); otherwise the request is
-// refused at once (NotAdmitted). A model requested within the last
-// objective is not a victim: its next request is likely on its way. When
-// the room needs models that are busy or just used, and the newcomer
-// would be admitted against them, the load waits for them to become idle;
-// if it would not be, it is refused now. Learnt online: with the decay of
+// refused at once (NotAdmitted). Models requested within the last
+// objective are victims only after every other idle one (their next
+// request is likely on their way), and then only for a newcomer that
+// passes the same test against them, never for a colder one. When the
+// room needs a model in use and the newcomer passes the test against it,
+// the load waits for its requests to end. Learnt online: with the decay of
 // the counts (countLocked), the resident set follows the requests' rate per
 // byte without knowing the trace in advance.
 
@@ -106,22 +107,30 @@ func (e *Engine) valueLocked(ent *entry) float64 {
 }
 
 // costVictimsLocked chooses the models to evict so that short more bytes
-// fit: the idle ones to evict now, none if the load must wait for busy
-// ones, or NotAdmitted.
+// fit, or refuses the load (NotAdmitted). A pinned model or a new version
+// of a name loaded is always let in: when the idle models do not make
+// room, it waits for references to drop (nil victims).
 func (e *Engine) costVictimsLocked(ent *entry, short int64) ([]*entry, error) {
 	now := e.clock.Now()
+	forced := ent.pinned || e.loadedLocked(ent.key.name)
 	var idle, busy []*entry
 	for _, o := range e.models {
-		if !o.ready || o.pinned || o == ent {
-			continue
-		}
-		if o.refs > 0 || (!o.lastUsed.IsZero() && now.Sub(o.lastUsed) < e.opts.Objective) {
-			busy = append(busy, o)
-		} else {
+		switch {
+		case !o.ready || o.pinned:
+		case o.refs == 0:
 			idle = append(idle, o)
+		case !forced:
+			busy = append(busy, o)
 		}
 	}
+	recent := func(o *entry) bool { return !o.lastUsed.IsZero() && now.Sub(o.lastUsed) < e.opts.Objective }
 	byValue := func(a, b *entry) int {
+		if ra, rb := recent(a), recent(b); ra != rb {
+			if rb {
+				return -1
+			}
+			return 1
+		}
 		va, vb := e.valueLocked(a)/float64(a.reserved), e.valueLocked(b)/float64(b.reserved)
 		if va != vb {
 			if va < vb {
@@ -142,26 +151,26 @@ func (e *Engine) costVictimsLocked(ent *entry, short int64) ([]*entry, error) {
 		}
 		victims = append(victims, o)
 		freed += o.reserved
-		wait = wait || slices.Contains(busy, o)
+		wait = wait || o.refs > 0
 	}
 	if freed < short {
-		return nil, nil // only pinned models or loads under way could make room: wait (reserve says if never)
+		return nil, nil // pinned models or loads hold the rest: wait (reserve says if never)
 	}
-	// A pinned model, or a new version of a name loaded, is always let in.
-	if !ent.pinned && !e.loadedLocked(ent.key.name) {
-		lost := 0.0
-		for _, v := range victims {
-			lost += e.valueLocked(v)
-		}
-		if asked := e.freq[ent.key.name]; asked <= costMargin*lost {
-			e.metrics.refusals.WithLabelValues(ent.key.name, "NotAdmitted").Inc()
-			return nil, &serve.RefusedError{Reason: "NotAdmitted", Msg: fmt.Sprintf(
-				"model %s is not loaded and would displace %s, asked for more lately for their memory (%.1f recent requests against %.1f weighted); it loads once asked for more than %d times as often",
-				ent.key, names(victims), asked, lost, costMargin)}
-		}
+	if forced {
+		return victims, nil
+	}
+	lost := 0.0
+	for _, v := range victims {
+		lost += e.valueLocked(v)
+	}
+	if asked := e.freq[ent.key.name]; asked <= costMargin*lost {
+		e.metrics.refusals.WithLabelValues(ent.key.name, "NotAdmitted").Inc()
+		return nil, &serve.RefusedError{Reason: "NotAdmitted", Msg: fmt.Sprintf(
+			"model %s is not loaded and would displace %s, asked for more lately for their memory (%.1f recent requests against %.1f weighted); it loads once asked for more than %d times as often",
+			ent.key, names(victims), asked, lost, costMargin)}
 	}
 	if wait {
-		return nil, nil
+		return nil, nil // for the requests of the models in use to end
 	}
 	return victims, nil
 }

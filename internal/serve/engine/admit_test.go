@@ -3,9 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/virga-ml/virga/internal/serve"
 	"github.com/virga-ml/virga/internal/serve/runtime/mlp"
@@ -72,6 +77,26 @@ func writeMLPHidden(t *testing.T, root, name string, hidden int) string {
 	return dir
 }
 
+// waitIdle waits until no model holds a reference: a request's reference
+// is dropped just after its answer is sent.
+func waitIdle(e *Engine) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		busy := false
+		for _, ent := range e.models {
+			busy = busy || ent.refs > 0
+		}
+		if !busy {
+			return
+		}
+		ch := e.changed
+		e.mu.Unlock()
+		<-ch
+		e.mu.Lock()
+	}
+}
+
 func loaded(e *Engine, name string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -101,6 +126,7 @@ func TestCostAwareAdmissionCountsEveryVictim(t *testing.T) {
 				}
 			}
 		}
+		waitIdle(e)
 		clock.Advance(2 * DefaultObjective) // none was requested within the objective
 		var err error
 		for range 4 {
@@ -146,10 +172,12 @@ func TestCostAwareKeepsTheJustUsedModel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitIdle(e)
 	clock.Advance(2 * DefaultObjective)
 	if _, err := e.Infer(context.Background(), request("s1", 1)); err != nil { // s1: 2 requests, just now; s2: 3
 		t.Fatal(err)
 	}
+	waitIdle(e)
 	var err error
 	for range 7 { // 7 > 2 x 3
 		_, err = e.Infer(context.Background(), request("x", 1))
@@ -160,4 +188,62 @@ func TestCostAwareKeepsTheJustUsedModel(t *testing.T) {
 	if !loaded(e, "s1") || loaded(e, "s2") {
 		t.Fatalf("s1 (asked for less, but within the objective) loaded %v, s2 loaded %v: want s2 evicted, not s1", loaded(e, "s1"), loaded(e, "s2"))
 	}
+}
+
+// TestMemoryBudgetUnderZipfLoadCostAware: TestMemoryBudgetUnderZipfLoad's
+// load with cost-aware admission: the budget is never exceeded, and every
+// request is answered or refused NotAdmitted (none fails for an eviction
+// race or waits for room in vain).
+func TestMemoryBudgetUnderZipfLoadCostAware(t *testing.T) {
+	root := t.TempDir()
+	const models = 30
+	var per int64
+	for i := range models {
+		per = modelMemory(t, writeMLP(t, root, fmt.Sprintf("m%02d", i), "1", i%10, uint64(i)))
+	}
+	budget := 5 * per
+	e := newEngine(t, Options{Source: DirSource{Root: root}, MemoryBudget: budget, Objective: time.Minute, Instances: 2, CostAware: true})
+	const workers, each = 16, 60
+	var wg sync.WaitGroup
+	var answered, notAdmitted atomic.Int64
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			zipf := rand.NewZipf(rng, 1.1, 1, models-1)
+			for range each {
+				i := int(zipf.Uint64())
+				resp, err := e.Infer(context.Background(), request(fmt.Sprintf("m%02d", i), 1+rng.IntN(3)))
+				var refused *serve.RefusedError
+				switch {
+				case err == nil && labelOf(t, resp) != int64(i%10):
+					errs <- fmt.Errorf("m%02d answered label %d, want %d", i, labelOf(t, resp), i%10)
+				case err == nil:
+					answered.Add(1)
+				case errors.As(err, &refused) && refused.Reason == "NotAdmitted":
+					notAdmitted.Add(1)
+				default:
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("request failed: %v", err)
+	}
+	e.mu.Lock()
+	peak, used := e.peak, e.used
+	e.mu.Unlock()
+	if peak > budget || used > budget {
+		t.Errorf("memory peaked at %d bytes (%d at the end), over the budget of %d", peak, used, budget)
+	}
+	if answered.Load() == 0 || notAdmitted.Load() == 0 {
+		t.Errorf("%d answered, %d not admitted: want both (30 models, room for 5)", answered.Load(), notAdmitted.Load())
+	}
+	t.Logf("%d answered, %d not admitted, %.0f loads, %.0f evictions, peak %d of %d bytes", answered.Load(), notAdmitted.Load(),
+		counterSum(t, e, "virga_serve_loads_total"), counterSum(t, e, "virga_serve_evictions_total"), peak, budget)
 }
