@@ -59,7 +59,7 @@ func newServeCmd(g *globals) *cobra.Command {
 Models load on their first request (or at start with --pin), one at a time, within the --memory budget: when
 another needs room, the idle models with the fewest recent requests per byte are unloaded if it is asked for
 more than twice as often as they are together (else its request is refused at once, 429 NotAdmitted); a
-model with requests in flight, or requested within the objective, never is (--cache-policy). A reload of the
+model with requests in flight never is, one requested within the objective only as a last resort (--cache-policy). A reload of the
 same files is not profiled again (--profile-cache). Every request
 has a deadline (arrival + --objective, or its own timeout parameter); with the default batching policy,
 deadline, a request that can no longer meet it is refused at once (429) rather than served late.
@@ -85,7 +85,7 @@ Off loopback, every request but the health checks needs "Authorization: Bearer T
 	fl.IntVar(&f.threads, "threads", 1, "ONNX Runtime intra-op threads per call")
 	fl.IntVar(&f.maxQueue, "max-queue", engine.DefaultMaxQueue, "most requests waiting for one model; one more is refused (429)")
 	fl.StringSliceVar(&f.pin, "pin", nil, "models to load at start and never unload")
-	fl.StringVar(&f.cache, "cache-policy", "cost", "which model a load may evict: cost (the idle models with the fewest recent requests per byte, weighted by their load time, and only for a model asked for more than twice as often as all of them together; never one requested within the objective), frequency (the least recently used idle model, if asked for less often than the newcomer) or lru (the least recently used idle model); a load not admitted is refused NotAdmitted")
+	fl.StringVar(&f.cache, "cache-policy", "cost", "which model a load may evict: cost (the idle models with the fewest recent requests per byte, weighted by their load time, and only for a model asked for more than twice as often as all of them together; models requested within the objective last), frequency (the least recently used idle model, if asked for less often than the newcomer) or lru (the least recently used idle model); a load not admitted is refused NotAdmitted")
 	fl.BoolVar(&f.lru, "lru", false, "plain LRU eviction: the same as --cache-policy lru")
 	fl.IntVar(&f.maxLoads, "max-loads", 1, "models loading at once (decode, warm-up, profile), taking CPU from the models serving")
 	fl.StringVar(&f.profiles, "profile-cache", "", "directory keeping the models' load-time profiles by their files' digest, so a reload or a restart does not profile again (default: DATA-DIR/serve-cache/profiles with --models; memory only with --repository)")

@@ -63,9 +63,9 @@ type Options struct {
 	Admission bool
 	// CostAware, when set, replaces Admission's rule and LRU eviction
 	// (admit.go): the victims are the idle models with the fewest recent
-	// requests per byte, weighted by their load time; a model requested
-	// within the last Objective is not evicted; and a load goes ahead only
-	// if its model was asked for more than twice as often as its victims
+	// requests per byte, weighted by their load time (those requested
+	// within the last Objective last); and a load goes ahead only if its
+	// model was asked for more than twice as often as its victims
 	// together, else the request is refused (NotAdmitted). `virga serve`'s
 	// default.
 	CostAware bool
