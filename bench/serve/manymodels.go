@@ -89,7 +89,7 @@ func manyModels(args []string, stdout io.Writer) error {
 	objective := fs.Duration("objective", 100*time.Millisecond, "each request's latency objective (its deadline after arrival)")
 	fraction := fs.Float64("budget", 1.0/6, "the memory budget as a fraction of all the models' memory")
 	seed := fs.Uint64("seed", 1, "the Poisson arrivals' and the models' weights' seed")
-	policies := fs.String("policies", "engine,admit,static", "policies to run: engine (loads on demand, LRU eviction), admit (the same with frequency admission, virga serve's default) and static (the baseline)")
+	policies := fs.String("policies", "engine,admit,cost,static", "policies to run: engine (loads on demand, LRU eviction), admit (the same with frequency admission), cost (cost-aware admission and eviction, virga serve's default) and static (the baseline)")
 	dir := fs.String("dir", "", "where to write the model repository (default: a new temporary directory, removed after)")
 	out := fs.String("out", "", "write each run as a JSON line to this file")
 	hiddenFlag := fs.String("hidden", "256,512,1024,2048", "the models' hidden layer sizes, given in turn in popularity order")
@@ -203,13 +203,17 @@ func manyModels(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "%d requests, %s arrivals over %v (%.0f/s mean), objective %v, one row each, goroutine per request (open loop)\n\n",
 		len(reqs), *arrivals, *span, float64(len(reqs))/span.Seconds(), *objective)
 
-	loadTimes, err := probeLoads(root, models[:min(len(models), len(hidden))])
+	cold, warm, err := probeLoads(root, models[:min(len(models), len(hidden))])
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "one cold load alone (read, decode, warm up, profile) by size:")
-	for i, t := range loadTimes {
+	for i, t := range cold {
 		fmt.Fprintf(stdout, " hidden %d %s %.0fms;", models[i].hidden, mib(models[i].memory), ms(t))
+	}
+	fmt.Fprintf(stdout, "\na reload (read, decode, warm up; the profile kept):")
+	for i, t := range warm {
+		fmt.Fprintf(stdout, " hidden %d %.0fms;", models[i].hidden, ms(t))
 	}
 	fmt.Fprintln(stdout)
 
@@ -224,8 +228,8 @@ func manyModels(args []string, stdout io.Writer) error {
 	}
 	var results []mmResult
 	for _, pol := range strings.Split(*policies, ",") {
-		if pol != "engine" && pol != "admit" && pol != "static" {
-			return fmt.Errorf("-policies: %q: want engine, admit or static", pol)
+		if pol != "engine" && pol != "admit" && pol != "cost" && pol != "static" {
+			return fmt.Errorf("-policies: %q: want engine, admit, cost or static", pol)
 		}
 		res, err := runManyModels(pol, root, static, reqs, budget, *objective)
 		if err != nil {
@@ -244,22 +248,30 @@ func manyModels(args []string, stdout io.Writer) error {
 }
 
 // probeLoads times one load of each of models (the first, one of each
-// size), alone in an engine, before the runs.
-func probeLoads(root string, models []mmModel) ([]time.Duration, error) {
+// size), alone in an engine, before the runs, and a second load after an
+// unload (the profile reused: decode and warm-up).
+func probeLoads(root string, models []mmModel) (cold, warm []time.Duration, err error) {
 	e, err := engine.New(engine.Options{Source: engine.DirSource{Root: root}, Registry: prometheus.NewRegistry()})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer e.Close()
-	var out []time.Duration
 	for i := range models {
 		start := time.Now()
 		if err := e.Load(context.Background(), models[i].name); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, time.Since(start))
+		cold = append(cold, time.Since(start))
+		if err := e.Unload(context.Background(), models[i].name); err != nil {
+			return nil, nil, err
+		}
+		start = time.Now()
+		if err := e.Load(context.Background(), models[i].name); err != nil {
+			return nil, nil, err
+		}
+		warm = append(warm, time.Since(start))
 	}
-	return out, nil
+	return cold, warm, nil
 }
 
 // lruHits replays the requests through an LRU cache of the models under
@@ -372,6 +384,7 @@ func runManyModels(policy, root string, static []string, reqs []mmRequest, budge
 		opts.Pinned = static
 	}
 	opts.Admission = policy == "admit"
+	opts.CostAware = policy == "cost"
 	e, err := engine.New(opts)
 	if err != nil {
 		return mmResult{}, err

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// A small trace through both policies: every request is accounted for, the
+// A small trace through every policy: every request is accounted for, the
 // static baseline refuses exactly the requests for the models it did not
 // pin, the engine's own policy loads those on demand, and neither exceeds
 // the memory budget.
@@ -56,7 +56,7 @@ func TestManyModelsSmallTrace(t *testing.T) {
 		}
 		runs[r.Policy] = r
 	}
-	for _, p := range []string{"engine", "static"} {
+	for _, p := range []string{"engine", "admit", "cost", "static"} {
 		r, ok := runs[p]
 		if !ok {
 			t.Fatalf("no %s run in %v", p, runs)

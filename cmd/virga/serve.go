@@ -42,6 +42,9 @@ type serveFlags struct {
 	watch      time.Duration
 	library    string
 	lru        bool
+	cache      string
+	maxLoads   int
+	profiles   string
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -53,8 +56,11 @@ func newServeCmd(g *globals) *cobra.Command {
 (--repository DIR: DIR/MODEL/VERSION/virga-model.json) over the Open Inference Protocol: REST on --http, gRPC on
 --grpc, Prometheus metrics at /metrics on the REST port.
 
-Models load on their first request (or at start with --pin), within the --memory budget: the least recently
-used idle model is unloaded when another needs room; a model with requests in flight never is. Every request
+Models load on their first request (or at start with --pin), one at a time, within the --memory budget: when
+another needs room, the idle models with the fewest recent requests per byte are unloaded if it is asked for
+more than twice as often as they are together (else its request is refused at once, 429 NotAdmitted); a
+model with requests in flight never is, one requested within the objective only as a last resort (--cache-policy). A reload of the
+same files is not profiled again (--profile-cache). Every request
 has a deadline (arrival + --objective, or its own timeout parameter); with the default batching policy,
 deadline, a request that can no longer meet it is refused at once (429) rather than served late.
 
@@ -79,7 +85,10 @@ Off loopback, every request but the health checks needs "Authorization: Bearer T
 	fl.IntVar(&f.threads, "threads", 1, "ONNX Runtime intra-op threads per call")
 	fl.IntVar(&f.maxQueue, "max-queue", engine.DefaultMaxQueue, "most requests waiting for one model; one more is refused (429)")
 	fl.StringSliceVar(&f.pin, "pin", nil, "models to load at start and never unload")
-	fl.BoolVar(&f.lru, "lru", false, "plain LRU: any load may evict the least recently used idle model (default: only a model asked for more often than the one it would evict loads; the others are refused NotAdmitted)")
+	fl.StringVar(&f.cache, "cache-policy", "cost", "which model a load may evict: cost (the idle models with the fewest recent requests per byte, weighted by their load time, and only for a model asked for more than twice as often as all of them together; models requested within the objective last), frequency (the least recently used idle model, if asked for less often than the newcomer) or lru (the least recently used idle model); a load not admitted is refused NotAdmitted")
+	fl.BoolVar(&f.lru, "lru", false, "plain LRU eviction: the same as --cache-policy lru")
+	fl.IntVar(&f.maxLoads, "max-loads", 1, "models loading at once (decode, warm-up, profile), taking CPU from the models serving")
+	fl.StringVar(&f.profiles, "profile-cache", "", "directory keeping the models' load-time profiles by their files' digest, so a reload or a restart does not profile again (default: DATA-DIR/serve-cache/profiles with --models; memory only with --repository)")
 	fl.DurationVar(&f.watch, "watch", 2*time.Second, "how often served aliases are checked for moves")
 	fl.StringVar(&f.library, "onnxruntime", os.Getenv("VIRGA_ONNXRUNTIME"), "path of libonnxruntime.so (env VIRGA_ONNXRUNTIME; default: where scripts/onnxruntime.sh installs it)")
 	return cmd
@@ -186,8 +195,17 @@ func runServe(ctx context.Context, g *globals, f serveFlags) error {
 	if f.objective <= 0 {
 		return usageError{fmt.Errorf("--objective %s: want a positive duration such as 50ms", f.objective)}
 	}
-	if f.instances < 1 || f.threads < 1 || f.maxQueue < 1 || f.watch <= 0 {
-		return usageError{errors.New("--instances, --threads, --max-queue and --watch must be positive")}
+	if f.instances < 1 || f.threads < 1 || f.maxQueue < 1 || f.maxLoads < 1 || f.watch <= 0 {
+		return usageError{errors.New("--instances, --threads, --max-queue, --max-loads and --watch must be positive")}
+	}
+	if f.lru {
+		if f.cache != "cost" && f.cache != "lru" {
+			return usageError{fmt.Errorf("--lru and --cache-policy %s: give one", f.cache)}
+		}
+		f.cache = "lru"
+	}
+	if f.cache != "cost" && f.cache != "frequency" && f.cache != "lru" {
+		return usageError{fmt.Errorf("--cache-policy %q: want cost, frequency or lru", f.cache)}
 	}
 	if f.httpAddr == "" && f.grpcAddr == "" {
 		return usageError{errors.New("--http and --grpc are both empty: nothing to listen on")}
@@ -229,6 +247,9 @@ func runServe(ctx context.Context, g *globals, f serveFlags) error {
 			return usageError{err}
 		}
 		source = watcher
+		if f.profiles == "" {
+			f.profiles = filepath.Join(g.dataDir, "serve-cache", "profiles")
+		}
 	}
 
 	eng, err := engine.New(engine.Options{
@@ -240,7 +261,10 @@ func runServe(ctx context.Context, g *globals, f serveFlags) error {
 		MaxQueue:     f.maxQueue,
 		Policy:       policy,
 		Pinned:       f.pin,
-		Admission:    !f.lru,
+		Admission:    f.cache == "frequency",
+		CostAware:    f.cache == "cost",
+		MaxLoads:     f.maxLoads,
+		ProfileCache: f.profiles,
 		Name:         "virga",
 		Version:      version,
 	})

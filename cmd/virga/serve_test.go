@@ -440,6 +440,9 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"--models", "digits@"}, "--models"},
 		{[]string{"--repository", filepath.Join(state, "nope")}, "not a directory"},
 		{[]string{"--http", "", "--grpc", ""}, "nothing to listen on"},
+		{[]string{"--cache-policy", "lfu"}, "want cost, frequency or lru"},
+		{[]string{"--lru", "--cache-policy", "frequency"}, "give one"},
+		{[]string{"--max-loads", "0"}, "must be positive"},
 	} {
 		_, errOut, code := runCLI(t, state, append([]string{"serve", "--data-dir", state}, c.args...)...)
 		if code != 2 || !strings.Contains(errOut, c.want) {

@@ -1,6 +1,7 @@
 // Package engine is Virga's inference engine behind serve.Service: models
-// found by a Source, loaded by the runtime their manifest names, kept in a
-// cache under a memory budget (least recently used idle models evicted,
+// found by a Source, loaded by the runtime their manifest names (one at a
+// time; a reload of the same files is not profiled again), kept in a cache
+// under a memory budget (idle models evicted as the admission rule says,
 // never one with requests in flight or queued), and a dispatcher per loaded
 // model that asks a batch.Policy what to run. It serves no protocol (the
 // front ends in internal/serve/oip do) and decides nothing about batching
@@ -60,6 +61,22 @@ type Options struct {
 	// request is refused (NotAdmitted). Unset: plain LRU, any load may evict
 	// the least recently used idle model.
 	Admission bool
+	// CostAware, when set, replaces Admission's rule and LRU eviction
+	// (admit.go): the victims are the idle models with the fewest recent
+	// requests per byte, weighted by their load time (those requested
+	// within the last Objective last); and a load goes ahead only if its
+	// model was asked for more than twice as often as its victims
+	// together, else the request is refused (NotAdmitted). `virga serve`'s
+	// default.
+	CostAware bool
+	// MaxLoads is how many models load at once (decode, warm-up, profile);
+	// 0 means 1. Loads take the CPU the loaded models serve with.
+	MaxLoads int
+	// ProfileCache is a directory keeping what loads measured (profile,
+	// memory, load time) by the model files' digest and the runtime
+	// settings, so a model loaded again, or after a restart, is not
+	// profiled again (profilecache.go); "" keeps them in memory only.
+	ProfileCache string
 	// Pinned models load when the engine starts and are never evicted;
 	// Ready is false until they are loaded.
 	Pinned []string
@@ -98,6 +115,8 @@ type Engine struct {
 	freq      map[string]float64
 	freqTotal int
 	changed   chan struct{} // closed and replaced when memory or references change
+	profiles  *profileCache
+	loadSlots chan struct{} // a token per load under way (Options.MaxLoads)
 	closed    bool
 	loads     sync.WaitGroup
 }
@@ -122,6 +141,14 @@ type entry struct {
 	retired  bool  // evicted as soon as idle (an older version after a swap, or unloaded)
 	reserved int64 // bytes of the budget it holds
 	lastUsed time.Time
+	// expect is how long its load is expected to take once it starts
+	// (from an earlier load of the same files; 0: unknown), and started
+	// when it started (zero while it waits for a load slot).
+	expect  time.Duration
+	started time.Time
+	// keep: a request refused as LoadTooSlow before the load began wants
+	// it loaded for the next ones, even with no reference left.
+	keep bool
 
 	model   runtime.Model
 	profile *Profile
@@ -152,6 +179,11 @@ func New(opts Options) (*Engine, error) {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
+	opts.MaxLoads = max(opts.MaxLoads, 1)
+	profiles, err := newProfileCache(opts.ProfileCache)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Name == "" {
 		opts.Name = "virga"
 	}
@@ -163,6 +195,9 @@ func New(opts Options) (*Engine, error) {
 		current: map[string]string{},
 		failed:  map[key]string{},
 		changed: make(chan struct{}),
+
+		profiles:  profiles,
+		loadSlots: make(chan struct{}, opts.MaxLoads),
 	}
 	if e.clock == nil {
 		e.clock = realClock{}
@@ -289,10 +324,23 @@ func (e *Engine) acquire(ctx context.Context, k key, dir string, deadline time.T
 	}
 	e.countLocked(k.name)
 	ent := e.entryLocked(k, dir)
+	now := e.clock.Now()
 	if ent.ready {
-		ent.lastUsed = e.clock.Now()
+		ent.lastUsed = now
 		e.mu.Unlock()
 		return ent, nil
+	}
+	if wait, known := e.loadWaitLocked(ent, now); known && !deadline.IsZero() && now.Add(wait).After(deadline) {
+		// Refused now rather than at the deadline; the load goes on for
+		// the requests after it.
+		ent.refs--
+		ent.keep = true
+		e.signalLocked()
+		e.metrics.refusals.WithLabelValues(k.name, "LoadTooSlow").Inc()
+		e.mu.Unlock()
+		return nil, &serve.RefusedError{Reason: "LoadTooSlow", Msg: fmt.Sprintf(
+			"model %s is loading and is expected to be ready in %v (its last load's time, after the loads ahead of it), after the request's deadline (%v from now)",
+			k, wait.Round(time.Millisecond), deadline.Sub(now).Round(time.Millisecond))}
 	}
 	e.mu.Unlock()
 
@@ -370,12 +418,16 @@ func (e *Engine) evictRetired(ent *entry) {
 }
 
 // load loads, warms up and profiles ent's model:
-//  1. read the manifest and find its runtime;
-//  2. reserve the runtime's estimate of its memory, evicting idle models
-//     (least recently used first) or waiting for room while a request
-//     still wants it;
-//  3. load, then make the reservation the model's own figure;
-//  4. warm up and profile it, start its dispatcher, and mark it ready.
+//  1. read the manifest, find its runtime, and look up what an earlier
+//     load of the same files and settings measured (profilecache.go);
+//  2. reserve its memory (its own figure from that load, else the
+//     runtime's estimate), evicting idle models as the admission rule
+//     allows (admit.go) or waiting for room while a request still wants
+//     it;
+//  3. wait for a load slot (Options.MaxLoads), load, then make the
+//     reservation the model's own figure;
+//  4. profile it, or only warm it up if its profile is known; start its
+//     dispatcher, and mark it ready.
 //
 // A failure removes the entry and fails its waiting requests, and nothing
 // else.
@@ -383,7 +435,11 @@ func (e *Engine) load(ent *entry) {
 	defer e.loads.Done()
 	start := e.clock.Now()
 	name := ent.key.name
+	slot := false
 	fail := func(err error) {
+		if slot {
+			<-e.loadSlots
+		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if ent.model != nil {
@@ -412,7 +468,7 @@ func (e *Engine) load(ent *entry) {
 		e.signalLocked()
 	}
 
-	// 1. The manifest and the runtime.
+	// 1. The manifest, the runtime, and what earlier loads measured.
 	m, err := ReadManifest(ent.dir)
 	if err != nil {
 		fail(err)
@@ -423,7 +479,18 @@ func (e *Engine) load(ent *entry) {
 		fail(fmt.Errorf("%s: format: %q, want one of %s", filepath.Join(ent.dir, serve.ManifestFile), m.Format, formats(e.opts.Runtimes)))
 		return
 	}
-	estimate, err := estimateMemory(loader, ent.dir, m)
+	cacheKey, err := e.profiles.key(ent.dir, m, loader, e.opts.Instances)
+	if err != nil {
+		fail(err)
+		return
+	}
+	rec, known := e.profiles.get(cacheKey)
+	if known {
+		e.mu.Lock()
+		ent.expect = rec.Load
+		e.mu.Unlock()
+	}
+	estimate, err := e.profiles.estimate(cacheKey, loader, ent.dir, m)
 	if err != nil {
 		fail(err)
 		return
@@ -435,24 +502,45 @@ func (e *Engine) load(ent *entry) {
 		return
 	}
 
-	// 3. The model.
+	// 3. A load slot, and the model.
+	if err := e.takeLoadSlot(ent); err != nil {
+		fail(err)
+		return
+	}
+	slot = true
+	began := e.clock.Now()
 	model, err := loader.Load(ent.dir, m)
 	if err != nil {
 		fail(err)
 		return
 	}
+	decoded := e.clock.Now()
 	ent.model = model
 	if err := e.reserve(ent, model.Memory()-ent.reserved); err != nil {
 		fail(err)
 		return
 	}
 
-	// 4. Warm-up, profile, dispatcher.
-	prof, err := Measure(e.ctx, model, e.clock.Now)
-	if err != nil {
-		fail(err)
-		return
+	// 4. Profile (or warm-up), dispatcher.
+	var prof *Profile
+	if known {
+		if err := warmUp(e.ctx, model); err != nil {
+			fail(err)
+			return
+		}
+		prof = rec.Profile
+		rec.Memory, rec.Load = model.Memory(), e.clock.Now().Sub(began)
+		e.profiles.put(cacheKey, rec, false)
+	} else {
+		if prof, err = Measure(e.ctx, model, e.clock.Now); err != nil {
+			fail(err)
+			return
+		}
+		// The next load decodes and warms up: about the decode's time.
+		e.profiles.put(cacheKey, loadRecord{Profile: prof, Memory: model.Memory(), Load: decoded.Sub(began)}, true)
 	}
+	<-e.loadSlots
+	slot = false
 	ent.profile = prof
 	ent.disp = newDispatcher(e, ent, e.opts.Policy(name, ent.key.version))
 	e.mu.Lock()
@@ -462,6 +550,9 @@ func (e *Engine) load(ent *entry) {
 	close(ent.done)
 	e.metrics.loads.WithLabelValues(name, "ok").Inc()
 	e.metrics.loadTime.WithLabelValues(name).Observe(e.clock.Now().Sub(start).Seconds())
+	if known {
+		e.metrics.profileReuse.Inc()
+	}
 	e.metrics.loaded.Inc()
 	e.metrics.modelBytes.WithLabelValues(name, ent.key.version).Set(float64(ent.reserved))
 	if ent.refs == 0 && !ent.pinned {
@@ -470,6 +561,64 @@ func (e *Engine) load(ent *entry) {
 	}
 	e.signalLocked()
 	e.mu.Unlock()
+}
+
+// takeLoadSlot waits for one of the Options.MaxLoads load slots; a load
+// nobody waits for any more (no request, no pin, no request refused for
+// its slowness) gives up instead.
+func (e *Engine) takeLoadSlot(ent *entry) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		if e.closed {
+			return fmt.Errorf("%w: the server is shutting down", serve.ErrUnavailable)
+		}
+		if ent.refs == 0 && !ent.pinned && !ent.keep {
+			return fmt.Errorf("%w: %s: no request waits for it any more", serve.ErrUnavailable, ent.key)
+		}
+		select {
+		case e.loadSlots <- struct{}{}:
+			ent.started = e.clock.Now()
+			return nil
+		default:
+		}
+		ch := e.changed
+		e.mu.Unlock()
+		select {
+		case e.loadSlots <- struct{}{}:
+			e.mu.Lock()
+			ent.started = e.clock.Now()
+			return nil
+		case <-ch:
+		}
+		e.mu.Lock()
+	}
+}
+
+// loadWaitLocked is the least time before ent's load can end: what is
+// left of the loads under way (spread over the slots) and its own, when
+// every one of those is known.
+func (e *Engine) loadWaitLocked(ent *entry, now time.Time) (time.Duration, bool) {
+	if ent.expect <= 0 {
+		return 0, false
+	}
+	if !ent.started.IsZero() {
+		return max(ent.started.Add(ent.expect).Sub(now), 0), true
+	}
+	var ahead time.Duration
+	for _, o := range e.models {
+		if o == ent || o.ready || o.started.IsZero() {
+			continue
+		}
+		if o.expect <= 0 {
+			return 0, false
+		}
+		ahead += max(o.started.Add(o.expect).Sub(now), 0)
+	}
+	if len(e.loadSlots) < cap(e.loadSlots) {
+		ahead = 0 // a slot is free
+	}
+	return ahead/time.Duration(cap(e.loadSlots)) + ent.expect, true
 }
 
 // estimateMemory is the runtime's estimate, or twice the model file's size.
@@ -524,7 +673,18 @@ func (e *Engine) reserve(ent *entry, need int64) error {
 		if ent.refs == 0 && !ent.pinned {
 			return fmt.Errorf("%w: %s: no room in the memory budget and no request waits for it any more", serve.ErrUnavailable, ent.key)
 		}
-		if victim := e.lruLocked(); victim != nil {
+		if e.opts.CostAware {
+			victims, err := e.costVictimsLocked(ent, e.used+need-e.opts.MemoryBudget)
+			if err != nil {
+				return err
+			}
+			for _, v := range victims {
+				e.evictLocked(v)
+			}
+			if len(victims) > 0 {
+				continue
+			}
+		} else if victim := e.lruLocked(); victim != nil {
 			if err := e.admitLocked(ent, victim); err != nil {
 				return err
 			}

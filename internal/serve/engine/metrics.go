@@ -20,20 +20,22 @@ const (
 )
 
 type metrics struct {
-	reg        *prometheus.Registry
-	requests   *prometheus.CounterVec
-	refusals   *prometheus.CounterVec
-	queue      *prometheus.HistogramVec
-	compute    *prometheus.HistogramVec
-	batchRows  *prometheus.HistogramVec
-	misses     *prometheus.CounterVec
-	loads      *prometheus.CounterVec
-	loadTime   *prometheus.HistogramVec
-	evictions  *prometheus.CounterVec
-	memory     prometheus.Gauge
-	budget     prometheus.Gauge
-	loaded     prometheus.Gauge
-	modelBytes *prometheus.GaugeVec
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec
+	refusals  *prometheus.CounterVec
+	queue     *prometheus.HistogramVec
+	compute   *prometheus.HistogramVec
+	batchRows *prometheus.HistogramVec
+	misses    *prometheus.CounterVec
+	loads     *prometheus.CounterVec
+	loadTime  *prometheus.HistogramVec
+	evictions *prometheus.CounterVec
+	// profileReuse counts loads that reused an earlier load's profile.
+	profileReuse prometheus.Counter
+	memory       prometheus.Gauge
+	budget       prometheus.Gauge
+	loaded       prometheus.Gauge
+	modelBytes   *prometheus.GaugeVec
 }
 
 // latencyBuckets run from 50 µs to about 13 s.
@@ -46,7 +48,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "virga_serve_requests_total", Help: "Inference requests by model and outcome (ok, invalid, refused, unavailable, not_found, canceled, error).",
 		}, []string{"model", "outcome"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "virga_serve_refusals_total", Help: "Requests refused rather than served late, by model and reason (DeadlineUnmeetable, QueueFull, LoadTooSlow).",
+			Name: "virga_serve_refusals_total", Help: "Requests refused rather than served late, by model and reason (DeadlineUnmeetable, QueueFull, LoadTooSlow, NotAdmitted).",
 		}, []string{"model", "reason"}),
 		queue: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "virga_serve_queue_seconds", Help: "Time from a request's arrival to the start of its batch.", Buckets: latencyBuckets,
@@ -69,6 +71,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "virga_serve_evictions_total", Help: "Models unloaded to make room, or after a swap or unload.",
 		}, []string{"model"}),
+		profileReuse: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "virga_serve_profile_reuses_total", Help: "Loads that reused the profile an earlier load of the same files and settings measured (only warmed up).",
+		}),
 		memory: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virga_serve_memory_bytes", Help: "Memory reserved by loaded and loading models.",
 		}),
@@ -83,7 +88,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		}, []string{"model", "version"}),
 	}
 	reg.MustRegister(m.requests, m.refusals, m.queue, m.compute, m.batchRows, m.misses, m.loads, m.loadTime,
-		m.evictions, m.memory, m.budget, m.loaded, m.modelBytes)
+		m.evictions, m.profileReuse, m.memory, m.budget, m.loaded, m.modelBytes)
 	return m
 }
 
