@@ -93,13 +93,48 @@ var _ runtime.Loader = Loader{}
 var _ runtime.Estimator = Loader{}
 
 // Estimate implements runtime.Estimator: the Memory of the model Load
-// would return.
-func (l Loader) Estimate(dir string, m serve.Manifest) (int64, error) {
-	model, err := l.Load(dir, m)
+// would return, from the file's sizes alone (its params are skipped, not
+// decoded: an engine that refuses a load asks this at every request).
+func (Loader) Estimate(dir string, m serve.Manifest) (int64, error) {
+	if m.Format != Format {
+		return 0, fmt.Errorf("%s: format %q, want %q", filepath.Join(dir, serve.ManifestFile), m.Format, Format)
+	}
+	path := filepath.Join(dir, m.File)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
-	return model.Memory(), nil
+	var sz struct {
+		Inputs  int `json:"inputs"`
+		Hidden  int `json:"hidden"`
+		Classes int `json:"classes"`
+	}
+	if err := json.Unmarshal(data, &sz); err != nil {
+		return 0, fmt.Errorf("%s: not a virga.mlp/v1 file: %w", path, err)
+	}
+	if sz.Inputs <= 0 || sz.Hidden <= 0 || sz.Classes <= 0 || sz.Inputs > 1<<20 || sz.Hidden > 1<<20 || sz.Classes > 1<<20 {
+		// Load names the field at fault.
+		_, err := Decode(data)
+		if err == nil {
+			err = fmt.Errorf("inputs %d, hidden %d, classes %d out of range", sz.Inputs, sz.Hidden, sz.Classes)
+		}
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return memory(sz.Inputs, sz.Hidden, sz.Classes, maxBatch(m)), nil
+}
+
+func maxBatch(m serve.Manifest) int {
+	if m.MaxBatch <= 0 {
+		return DefaultMaxBatch
+	}
+	return m.MaxBatch
+}
+
+// memory is what a loaded model of these sizes holds: the parameters and a
+// batch's scratch.
+func memory(inputs, hidden, classes, maxBatch int) int64 {
+	params := hidden*inputs + hidden + classes*hidden + classes
+	return int64(8*params) + int64(maxBatch)*int64(8*(hidden+classes)+4*(inputs+classes)+8) + 4096
 }
 
 // Load reads dir's model file and checks its sizes against the manifest's
@@ -121,11 +156,7 @@ func (Loader) Load(dir string, m serve.Manifest) (runtime.Model, error) {
 	if err := runtime.CheckSignature(path, m.Signature, sig); err != nil {
 		return nil, err
 	}
-	maxBatch := m.MaxBatch
-	if maxBatch <= 0 {
-		maxBatch = DefaultMaxBatch
-	}
-	return &Model{f: f, sig: sig, maxBatch: maxBatch}, nil
+	return &Model{f: f, sig: sig, maxBatch: maxBatch(m)}, nil
 }
 
 // Model is a loaded virga.mlp/v1 network.
@@ -144,10 +175,7 @@ func (m *Model) Signature() serve.Signature { return m.sig }
 func (m *Model) MaxBatch() int { return m.maxBatch }
 
 // Memory implements runtime.Model: the parameters and a batch's scratch.
-func (m *Model) Memory() int64 {
-	f := m.f
-	return int64(8*len(f.Params)) + int64(m.maxBatch)*int64(8*(f.Hidden+f.Classes)+4*(f.Inputs+f.Classes)+8) + 4096
-}
+func (m *Model) Memory() int64 { return memory(m.f.Inputs, m.f.Hidden, m.f.Classes, m.maxBatch) }
 
 // Close implements runtime.Model.
 func (m *Model) Close() error { return nil }

@@ -142,3 +142,32 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestEstimateIsTheLoadedMemory: the estimate read from the file's sizes
+// alone is the Memory of the model Load returns, for the default and a given
+// max_batch, and a file Load refuses is refused by Estimate too.
+func TestEstimateIsTheLoadedMemory(t *testing.T) {
+	dir := t.TempDir()
+	f := mlp.File{Inputs: 64, Hidden: 48, Classes: 10, InputScale: 1, Params: make([]float64, 48*64+48+10*48+10)}
+	writeJSON(t, filepath.Join(dir, "mlp.json"), f)
+	for _, maxBatch := range []int{0, 7, 1024} {
+		m := manifest()
+		m.MaxBatch = maxBatch
+		est, err := mlp.Loader{}.Estimate(dir, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		model, err := mlp.Loader{}.Load(dir, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := model.Memory(); est != got {
+			t.Errorf("max_batch %d: Estimate %d, loaded model's Memory %d", maxBatch, est, got)
+		}
+	}
+	f.Hidden = 0
+	writeJSON(t, filepath.Join(dir, "mlp.json"), f)
+	if _, err := (mlp.Loader{}).Estimate(dir, manifest()); err == nil || !strings.Contains(err.Error(), "hidden") {
+		t.Errorf("Estimate of a file with hidden 0: %v; want an error naming hidden", err)
+	}
+}
