@@ -21,7 +21,7 @@ import (
 	"github.com/virga-ml/virga/elastic/algo/kmeans"
 	"github.com/virga-ml/virga/elastic/algo/linear"
 	"github.com/virga-ml/virga/elastic/input"
-	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/serve"
 	"github.com/virga-ml/virga/internal/serve/engine"
 	"github.com/virga-ml/virga/internal/serve/runtime"
@@ -248,7 +248,7 @@ seed: 3
 		t.Errorf("best validation loss %s; want a log loss in (0, 1] after 3 passes", m[1])
 	}
 
-	var best api.BestView
+	var best wire.BestView
 	cli(t, state, &best, "best", "1", "--json")
 	srv := startServer(t, state, freePort(t), "")
 	defer srv.stop()
@@ -459,7 +459,7 @@ resources: {cpu: 0.5, processes_per_node: 2}
 	}
 	// Rank 0, the coordinator, wrote the model into the checkpoint as
 	// model/, which the runtime serves as the linear learner predicts.
-	var bv api.BestView
+	var bv wire.BestView
 	cli(t, data, &bv, "best", "1", "--json")
 	modelDir := filepath.Join(data, "checkpoints", bv.Trial.Checkpoint, "model")
 	sm, err := elastic.LoadModelFile(filepath.Join(modelDir, elasticrt.File))

@@ -9,7 +9,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
-	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 var controlHelp = map[string]string{
@@ -24,7 +24,7 @@ func newControlCmd(g *globals, op string) *cobra.Command {
 		Short: controlHelp[op],
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withID("experiment", func(ctx context.Context, c *client.Client, id int64) error {
-			e, err := c.Control(ctx, id, control.Op(op))
+			e, err := c.Control(ctx, id, wire.Op(op))
 			if errors.Is(err, virga.ErrConflict) {
 				if v, verr := c.Experiment(ctx, id); verr == nil && v.State.Terminal() {
 					return fmt.Errorf("experiment %d has already ended (%s); nothing to %s", id, v.State, op)

@@ -23,7 +23,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
-	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 // Binaries built once for the end-to-end tests.
@@ -527,17 +527,17 @@ func TestPauseResume(t *testing.T) {
 		ts, _ := c.Trials(context.Background(), e.ID)
 		return len(ts) == 2 && ts[0].Step >= 5 && ts[1].Step >= 5
 	})
-	if _, err := c.Control(context.Background(), e.ID, control.OpPause); err != nil {
+	if _, err := c.Control(context.Background(), e.ID, wire.OpPause); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "both trials paused", 20*time.Second, func() bool {
 		ts, _ := c.Trials(context.Background(), e.ID)
 		return len(ts) == 2 && ts[0].State == virga.TrialPaused && ts[1].State == virga.TrialPaused
 	})
-	if _, err := c.Control(context.Background(), e.ID, control.OpPause); err == nil {
+	if _, err := c.Control(context.Background(), e.ID, wire.OpPause); err == nil {
 		t.Error("pausing a paused experiment succeeded; want a conflict")
 	}
-	if _, err := c.Control(context.Background(), e.ID, control.OpResume); err != nil {
+	if _, err := c.Control(context.Background(), e.ID, wire.OpResume); err != nil {
 		t.Fatal(err)
 	}
 	waitDone(t, c, e.ID, 60*time.Second)

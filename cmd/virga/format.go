@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/spec"
 )
 
@@ -89,7 +89,7 @@ var trialHeader = []string{"TRIAL", "STATE", "HYPERPARAMETERS", "STEP", "LATEST"
 // columns, then COST when costs are given (what each trial has cost, by
 // trial ID), PREDICTED when any trial has a prediction and PARENT when any
 // has a parent, so a search that does neither prints no empty columns.
-func trialTable(trials []*virga.Trial, costs map[int64]api.Spend, hpWidth int) ([]string, [][]string) {
+func trialTable(trials []*virga.Trial, costs map[int64]wire.Spend, hpWidth int) ([]string, [][]string) {
 	var predicted, parent bool
 	for _, t := range trials {
 		predicted = predicted || t.Prediction != nil
@@ -170,7 +170,7 @@ func fmtCost(usd float64) string {
 
 // fmtSpend prints what something cost and the part preemptions threw away,
 // if any: "$1.50" or "$1.50 ($0.50 lost)".
-func fmtSpend(s api.Spend) string {
+func fmtSpend(s wire.Spend) string {
 	if s.LostCost == 0 {
 		return fmtCost(s.Cost)
 	}
@@ -180,7 +180,7 @@ func fmtSpend(s api.Spend) string {
 // fmtPools prints what an experiment spent on each pool, e.g. "spot $1.50
 // (2 attempts, $0.50 lost), ondemand $4.00 (1 attempt)"; the backend's
 // default pool is "default".
-func fmtPools(pools []api.PoolSpend) string {
+func fmtPools(pools []wire.PoolSpend) string {
 	parts := make([]string, len(pools))
 	for i, p := range pools {
 		name := p.Pool

@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 func TestFormatPrediction(t *testing.T) {
@@ -53,7 +53,7 @@ func TestFormatTrialTable(t *testing.T) {
 	tests := []struct {
 		name   string
 		trials []*virga.Trial
-		costs  map[int64]api.Spend
+		costs  map[int64]wire.Spend
 		// wantHeader and wantRows are the table trialTable returns.
 		wantHeader []string
 		wantRows   [][]string
@@ -85,14 +85,14 @@ func TestFormatTrialTable(t *testing.T) {
 		{
 			name:       "costs: a trial not in them cost nothing",
 			trials:     []*virga.Trial{plain(3), plain(4), plain(5)},
-			costs:      map[int64]api.Spend{3: {Cost: 1.5, LostCost: 0.25}, 4: {Cost: 0.004}},
+			costs:      map[int64]wire.Spend{3: {Cost: 1.5, LostCost: 0.25}, 4: {Cost: 0.004}},
 			wantHeader: append(append([]string(nil), trialHeader...), "COST"),
 			wantRows:   [][]string{row("3", "$1.50 ($0.25 lost)"), row("4", "$0.0040"), row("5", "$0.00")},
 		},
 		{
 			name:       "costs before the other columns",
 			trials:     []*virga.Trial{withPrediction(plain(3)), withParent(plain(4))},
-			costs:      map[int64]api.Spend{3: {Cost: 2}, 4: {Cost: 3}},
+			costs:      map[int64]wire.Spend{3: {Cost: 2}, 4: {Cost: 3}},
 			wantHeader: append(append([]string(nil), trialHeader...), "COST", "PREDICTED", "PARENT"),
 			wantRows:   [][]string{row("3", "$2.00", "0.123 ± 0.010 (p=0.04)", "-"), row("4", "$3.00", "-", "#3@12")},
 		},
@@ -131,9 +131,9 @@ func TestFormatCost(t *testing.T) {
 			t.Errorf("fmtCost(%v) = %q, want %q", tc.usd, got, tc.want)
 		}
 	}
-	pools := []api.PoolSpend{
-		{Pool: "", Attempts: 1, Spend: api.Spend{Cost: 0.5}},
-		{Pool: "spot", Attempts: 3, Spend: api.Spend{Cost: 1.5, LostCost: 0.25}},
+	pools := []wire.PoolSpend{
+		{Pool: "", Attempts: 1, Spend: wire.Spend{Cost: 0.5}},
+		{Pool: "spot", Attempts: 3, Spend: wire.Spend{Cost: 1.5, LostCost: 0.25}},
 	}
 	if got, want := fmtPools(pools), "default $0.50 (1 attempt), spot $1.50 (3 attempts, $0.25 lost)"; got != want {
 		t.Errorf("fmtPools = %q, want %q", got, want)

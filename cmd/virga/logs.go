@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 func newLogsCmd(g *globals) *cobra.Command {
@@ -52,7 +52,7 @@ type attemptLog struct {
 
 // trialLogsView is a trial whose attempts carry their output, for logs --json.
 type trialLogsView struct {
-	*api.TrialView
+	*wire.TrialView
 	AttemptList []attemptLog `json:"attempt_list"` // shadows TrialView's
 }
 

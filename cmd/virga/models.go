@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/registry"
 )
@@ -99,9 +99,9 @@ func fmtAliases(as map[string]int64) string {
 // ModelShow is what `virga models show --json` prints: the version named,
 // and every version and alias of its model.
 type ModelShow struct {
-	Version  *api.ModelVersionView `json:"version"`
-	Versions []*virga.ModelVersion `json:"versions"`
-	Aliases  []virga.ModelAlias    `json:"aliases"`
+	Version  *wire.ModelVersionView `json:"version"`
+	Versions []*virga.ModelVersion  `json:"versions"`
+	Aliases  []virga.ModelAlias     `json:"aliases"`
 }
 
 func newModelsShowCmd(g *globals) *cobra.Command {
@@ -234,7 +234,7 @@ func newModelsRegisterCmd(g *globals) *cobra.Command {
 			if fromDir != "" {
 				v, err = registerDir(ctx, c, name, fromDir, description)
 			} else {
-				v, err = c.RegisterModel(ctx, name, api.RegisterModelRequest{ExperimentID: fromExperiment, Best: best,
+				v, err = c.RegisterModel(ctx, name, wire.RegisterModelRequest{ExperimentID: fromExperiment, Best: best,
 					TrialID: fromTrial, Description: description})
 			}
 			if err != nil {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 // TestModelsEndToEnd trains the digits-go example, registers its best
@@ -27,7 +27,7 @@ func TestModelsEndToEnd(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("virga run: %v\n%s", err, out)
 	}
-	var best api.BestView
+	var best wire.BestView
 	cli(t, state, &best, "best", "1", "--json")
 
 	srv := startServer(t, state, freePort(t), "")
@@ -55,7 +55,7 @@ func TestModelsEndToEnd(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "model digits version 1 (prod)") || !strings.Contains(out, "pixels FP32[-1,64]") {
 		t.Errorf("show: exit %d\n%s%s", code, out, errOut)
 	}
-	var ls []api.ModelSummary
+	var ls []wire.ModelSummary
 	cli(t, state, &ls, "models", "ls", "--json")
 	if len(ls) != 1 || ls[0].Aliases["prod"] != 1 {
 		t.Errorf("ls: %+v", ls)

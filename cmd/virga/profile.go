@@ -15,7 +15,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
-	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/server"
 )
 
@@ -102,7 +102,7 @@ func profile(ctx context.Context, file string, data []byte, steps int, timeout t
 	// process to end before the server and its directory go.
 	defer func() {
 		bg := context.WithoutCancel(ctx)
-		if _, err := c.Control(bg, exp.ID, control.OpStop); err != nil {
+		if _, err := c.Control(bg, exp.ID, wire.OpStop); err != nil {
 			return
 		}
 		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {

@@ -22,7 +22,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
-	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/server"
 	"github.com/virga-ml/virga/internal/spec"
 )
@@ -161,7 +161,7 @@ func interrupted(g *globals, c *client.Client, id int64, embedded bool, stopSign
 	if stop {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := c.Control(ctx, id, control.OpStop); err != nil {
+		if _, err := c.Control(ctx, id, wire.OpStop); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "experiment %d is stopping (its trials get SIGTERM and their checkpoints are kept)\n", id)
@@ -224,7 +224,7 @@ func waitStopped(g *globals, c *client.Client, id int64) {
 // progress is the live table's state.
 type progress struct {
 	mu     sync.Mutex
-	exp    api.ExperimentView
+	exp    wire.ExperimentView
 	trials map[int64]*virga.Trial
 	start  time.Time
 	lines  int // lines drawn last time (terminal mode)
@@ -277,7 +277,7 @@ func follow(ctx context.Context, g *globals, c *client.Client, id int64) (*virga
 			p.lines = 0 // the table is drawn again below the message
 			return nil
 		case "snapshot":
-			var s api.WatchSnapshot
+			var s wire.WatchSnapshot
 			if err := json.Unmarshal(ev.Data, &s); err != nil {
 				return err
 			}
@@ -286,7 +286,7 @@ func follow(ctx context.Context, g *globals, c *client.Client, id int64) (*virga
 				p.trials[t.ID] = t
 			}
 		case "update":
-			var u control.Update
+			var u wire.Update
 			if err := json.Unmarshal(ev.Data, &u); err != nil {
 				return err
 			}

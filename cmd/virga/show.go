@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 func newShowCmd(g *globals) *cobra.Command {
@@ -89,7 +89,7 @@ func newShowCmd(g *globals) *cobra.Command {
 
 // printEstimateBeside prints the forecast recorded before the run (the
 // experiment.estimate event) beside what happened.
-func printEstimateBeside(w io.Writer, v *api.ExperimentView, evs []virga.Event) {
+func printEstimateBeside(w io.Writer, v *wire.ExperimentView, evs []virga.Event) {
 	var rep *estimateReport
 	for _, e := range evs {
 		if e.Kind == virga.EventExperimentEstimate {

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/sqlite"
 )
@@ -73,14 +73,14 @@ func TestShowCost(t *testing.T) {
 	}
 
 	var j struct {
-		Experiment api.ExperimentView `json:"experiment"`
+		Experiment wire.ExperimentView `json:"experiment"`
 	}
 	if err := json.Unmarshal([]byte(show("--json")), &j); err != nil {
 		t.Fatalf("virga show --json: %v", err)
 	}
-	wantJ := []any{api.Spend{Cost: 5.5, LostCost: 0.25}, []api.PoolSpend{
-		{Pool: "ondemand", Attempts: 1, Spend: api.Spend{Cost: 4}},
-		{Pool: "spot", Attempts: 1, Spend: api.Spend{Cost: 1.5, LostCost: 0.25}},
+	wantJ := []any{wire.Spend{Cost: 5.5, LostCost: 0.25}, []wire.PoolSpend{
+		{Pool: "ondemand", Attempts: 1, Spend: wire.Spend{Cost: 4}},
+		{Pool: "spot", Attempts: 1, Spend: wire.Spend{Cost: 1.5, LostCost: 0.25}},
 	}}
 	if d := cmp.Diff(wantJ, []any{j.Experiment.Spend, j.Experiment.Pools}); d != "" {
 		t.Errorf("virga show --json: cost and pools (-want +got):\n%s", d)

@@ -6,8 +6,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 func newTrialsCmd(g *globals) *cobra.Command {
@@ -24,7 +24,7 @@ func newTrialsCmd(g *globals) *cobra.Command {
 				return g.printJSON(sums)
 			}
 			trials := make([]*virga.Trial, len(sums))
-			costs := make(map[int64]api.Spend, len(sums))
+			costs := make(map[int64]wire.Spend, len(sums))
 			for i, s := range sums {
 				trials[i], costs[s.ID] = s.Trial, s.Spend
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/sqlite"
 )
@@ -75,7 +75,7 @@ func TestTrialsLineageAndPrediction(t *testing.T) {
 		t.Errorf("virga trials (-want +got):\n%s", d)
 	}
 
-	var got []api.TrialSummary
+	var got []wire.TrialSummary
 	if err := json.Unmarshal([]byte(trials("--json")), &got); err != nil {
 		t.Fatalf("virga trials --json: %v", err)
 	}
@@ -90,7 +90,7 @@ func TestTrialsLineageAndPrediction(t *testing.T) {
 	if got[0].Parent != 0 || got[0].Prediction != nil {
 		t.Errorf("virga trials --json: the parent has parent %d, prediction %+v; want none", got[0].Parent, got[0].Prediction)
 	}
-	if d := cmp.Diff([]api.Spend{{Cost: 1.5, LostCost: 0.25}, {}}, []api.Spend{got[0].Spend, got[1].Spend}); d != "" {
+	if d := cmp.Diff([]wire.Spend{{Cost: 1.5, LostCost: 0.25}, {}}, []wire.Spend{got[0].Spend, got[1].Spend}); d != "" {
 		t.Errorf("virga trials --json: costs (-want +got):\n%s", d)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/control"
@@ -269,12 +270,6 @@ func (s *Server) CheckToken(ctx context.Context, tok string) error {
 	return nil
 }
 
-// Error is the body of every error response.
-type Error struct {
-	Error    string         `json:"error"`
-	Problems []spec.Problem `json:"problems,omitempty"`
-}
-
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -282,7 +277,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, err error) {
-	body := Error{Error: err.Error()}
+	body := wire.Error{Error: err.Error()}
 	var se *spec.Error
 	if errors.As(err, &se) {
 		body.Problems = se.Problems
@@ -405,14 +400,8 @@ func clip(b []byte, n int) []byte {
 	return b
 }
 
-// Health is the body of /api/v1/health.
-type Health struct {
-	Status  string `json:"status"`
-	Version string `json:"version"`
-}
-
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Health{Status: "ok", Version: s.cfg.Version})
+	writeJSON(w, http.StatusOK, wire.Health{Status: "ok", Version: s.cfg.Version})
 }
 
 // promMetrics serves the control plane's Prometheus metrics
@@ -425,18 +414,8 @@ func (s *Server) promMetrics(w http.ResponseWriter, r *http.Request) {
 	s.prom.ServeHTTP(w, r)
 }
 
-// SubmitRequest is the body of POST /api/v1/experiments and /api/v1/validate.
-type SubmitRequest struct {
-	File string `json:"file"` // the file name, for messages
-	Spec string `json:"spec"` // the experiment file's text
-	// Estimate, optional, is the forecast of the run made before it (virga
-	// estimate's JSON); it is kept as the experiment's "experiment.estimate"
-	// event.
-	Estimate json.RawMessage `json:"estimate,omitempty"`
-}
-
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
-	var req SubmitRequest
+	var req wire.SubmitRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -452,7 +431,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
-	var req SubmitRequest
+	var req wire.SubmitRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -489,7 +468,7 @@ func (s *Server) listExperiments(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	out := make([]ExperimentView, 0, len(exps))
+	out := make([]wire.ExperimentView, 0, len(exps))
 	for _, e := range exps {
 		trials, err := s.st.Trials(r.Context(), e.ID)
 		if err != nil {
@@ -518,22 +497,8 @@ func joinStates(states []virga.ExperimentState) string {
 	return strings.Join(out, ", ")
 }
 
-// ExperimentView is an experiment with its progress summary and what it has
-// cost (Spend: every attempt of every trial) and on which pools.
-type ExperimentView struct {
-	*virga.Experiment
-	Objective spec.Objective           `json:"objective"`
-	MaxTrials int                      `json:"max_trials"`
-	Counts    map[virga.TrialState]int `json:"counts"`
-	Best      *virga.Trial             `json:"best,omitempty"`
-	SpecText  string                   `json:"spec,omitempty"`
-	Spend
-	// Pools breaks Spend down by the pool the attempts ran on, by pool name.
-	Pools []PoolSpend `json:"pools,omitempty"`
-}
-
-func (s *Server) view(e *virga.Experiment, trials []*virga.Trial, withSpec bool) ExperimentView {
-	v := ExperimentView{Experiment: e, Counts: map[virga.TrialState]int{}}
+func (s *Server) view(e *virga.Experiment, trials []*virga.Trial, withSpec bool) wire.ExperimentView {
+	v := wire.ExperimentView{Experiment: e, Counts: map[virga.TrialState]int{}}
 	if sp, err := spec.Parse(e.SpecFile, e.Spec); err == nil {
 		v.Objective, v.MaxTrials = sp.Objective, sp.MaxTrials
 	}
@@ -579,9 +544,9 @@ func (s *Server) controlExperiment(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	op := control.Op(r.PathValue("op"))
+	op := wire.Op(r.PathValue("op"))
 	switch op {
-	case control.OpStop, control.OpPause, control.OpResume:
+	case wire.OpStop, wire.OpPause, wire.OpResume:
 	default:
 		writeError(w, http.StatusNotFound, fmt.Errorf("no operation %q on experiments (want stop, pause or resume)", op))
 		return
@@ -604,15 +569,15 @@ func (s *Server) listTrials(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	byTrial := map[int64]Spend{}
+	byTrial := map[int64]wire.Spend{}
 	for _, a := range s.priced(e, as) {
 		sp := byTrial[a.TrialID]
-		sp.add(a)
+		sp.Add(a)
 		byTrial[a.TrialID] = sp
 	}
-	out := make([]TrialSummary, len(trials))
+	out := make([]wire.TrialSummary, len(trials))
 	for i, t := range trials {
-		out[i] = TrialSummary{Trial: t, Spend: byTrial[t.ID]}
+		out[i] = wire.TrialSummary{Trial: t, Spend: byTrial[t.ID]}
 	}
 	writeList(w, out, nil)
 }
@@ -662,16 +627,6 @@ func writeList[T any](w http.ResponseWriter, items []T, err error) {
 	writeJSON(w, http.StatusOK, items)
 }
 
-// BestView is the body of /api/v1/experiments/{id}/best.
-type BestView struct {
-	Objective spec.Objective `json:"objective"`
-	Trial     *virga.Trial   `json:"trial"`
-	Metrics   *virga.Metric  `json:"metrics,omitempty"` // the report at the trial's best step
-	// Checkpoint is the checkpoint saved at the best step, if it was (it is
-	// kept beyond keep_last).
-	Checkpoint *virga.Checkpoint `json:"checkpoint,omitempty"`
-}
-
 func (s *Server) best(w http.ResponseWriter, r *http.Request) {
 	e, trials, ok := s.experimentAndTrials(w, r)
 	if !ok {
@@ -682,7 +637,7 @@ func (s *Server) best(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("experiment %d has no trial that reported %q yet: %w", e.ID, v.Objective.Metric, virga.ErrNotFound))
 		return
 	}
-	out := BestView{Objective: v.Objective, Trial: v.Best}
+	out := wire.BestView{Objective: v.Objective, Trial: v.Best}
 	ms, err := s.st.Metrics(r.Context(), store.MetricFilter{TrialID: v.Best.ID, AfterStep: v.Best.BestStep - 1, Limit: 1})
 	if err == nil && len(ms) == 1 && ms[0].Step == v.Best.BestStep {
 		out.Metrics = &ms[0]
@@ -714,14 +669,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	writeList(w, evs, err)
 }
 
-// TrialView is a trial with its attempts (a running one's Cost priced up to
-// the moment of the answer) and what they cost together.
-type TrialView struct {
-	*virga.Trial
-	AttemptList []*virga.Attempt `json:"attempt_list"`
-	Spend
-}
-
 func (s *Server) getTrial(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
 	if !ok {
@@ -737,7 +684,7 @@ func (s *Server) getTrial(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	v := TrialView{Trial: t, AttemptList: as}
+	v := wire.TrialView{Trial: t, AttemptList: as}
 	if live(as) {
 		e, err := s.st.Experiment(r.Context(), t.ExperimentID)
 		if err != nil {
@@ -747,7 +694,7 @@ func (s *Server) getTrial(w http.ResponseWriter, r *http.Request) {
 		v.AttemptList = s.priced(e, as)
 	}
 	for _, a := range v.AttemptList {
-		v.add(a)
+		v.Add(a)
 	}
 	writeJSON(w, http.StatusOK, v)
 }
@@ -772,11 +719,6 @@ func (s *Server) checkpoints(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// ReportReply is the body of a successful report.
-type ReportReply struct {
-	Decision string `json:"decision"`
-}
-
 func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
 	if !ok {
@@ -785,7 +727,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	if !s.mayActFor(w, r, id) {
 		return
 	}
-	var rep control.Report
+	var rep wire.Report
 	if !decode(w, r, &rep) {
 		return
 	}
@@ -798,7 +740,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ReportReply{Decision: d.String()})
+	writeJSON(w, http.StatusOK, wire.ReportReply{Decision: d.String()})
 }
 
 // uploadCheckpoint takes a remote attempt's checkpoint directory as a tar
@@ -820,15 +762,7 @@ func (s *Server) uploadCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, CheckpointInfo{ID: info.ID, Size: info.Size, Files: info.Files})
-}
-
-// CheckpointInfo describes an uploaded checkpoint (an empty ID: the
-// directory was empty).
-type CheckpointInfo struct {
-	ID    string `json:"id"`
-	Size  int64  `json:"size"`
-	Files int    `json:"files"`
+	writeJSON(w, http.StatusOK, wire.CheckpointInfo{ID: info.ID, Size: info.Size, Files: info.Files})
 }
 
 // downloadCheckpoint sends a remote attempt the checkpoint it resumes from.
@@ -881,11 +815,6 @@ func (s *Server) mayActFor(w http.ResponseWriter, r *http.Request, attemptID int
 	return true // not live: the handler answers 409 (ended) or 404 (never existed)
 }
 
-// CompleteRequest ends an API-driven attempt.
-type CompleteRequest struct {
-	OK bool `json:"ok"`
-}
-
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
 	if !ok {
@@ -894,7 +823,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	if !s.mayActFor(w, r, id) {
 		return
 	}
-	var req CompleteRequest
+	var req wire.CompleteRequest
 	if !decode(w, r, &req) {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/control"
 )
 
@@ -38,13 +39,13 @@ func TestAuth(t *testing.T) {
 		t.Errorf("/metrics with the admin token: no virga_control_loop_up 1 in\n%s", body)
 	}
 	exp := e.submit(apiDriven)
-	var a1, a2 control.Asked
+	var a1, a2 wire.Asked
 	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &a1)
 	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &a2)
 	if a1.Token != control.TrialToken(testSecret, a1.Trial.ID) {
 		t.Errorf("asked token %q is not the trial's token", a1.Token)
 	}
-	rep := control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}
+	rep := wire.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}
 	e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", a1.AttemptID), a1.Token, rep, nil)
 
 	refused := []struct{ method, path string }{
@@ -66,7 +67,7 @@ func TestAuth(t *testing.T) {
 		}
 	}
 	var tr virga.Trial
-	e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a1.AttemptID), a1.Token, CompleteRequest{OK: true}, &tr)
+	e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a1.AttemptID), a1.Token, wire.CompleteRequest{OK: true}, &tr)
 	if tr.State != virga.TrialCompleted {
 		t.Errorf("completed trial is %s", tr.State)
 	}
@@ -85,7 +86,7 @@ func TestAuth(t *testing.T) {
 func TestForgedTrialTokenBeforeAttemptExists(t *testing.T) {
 	e := newEnv(t, true)
 	exp := e.submit(apiDriven)
-	var a1 control.Asked
+	var a1 wire.Asked
 	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &a1)
 	next := a1.AttemptID + 1
 	body := `{"step": 7, "metrics": {"loss": -1000}}`
@@ -96,7 +97,7 @@ func TestForgedTrialTokenBeforeAttemptExists(t *testing.T) {
 	defer conn.Close()
 	fmt.Fprintf(conn, "POST /api/v1/attempts/%d/report HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer vtforged\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", next, len(body))
 	time.Sleep(200 * time.Millisecond) // the server authorises on the headers
-	var a2 control.Asked
+	var a2 wire.Asked
 	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), e.admin, nil, &a2)
 	if a2.AttemptID != next {
 		t.Skipf("attempt IDs are not sequential (%d after %d)", a2.AttemptID, a1.AttemptID)
@@ -111,16 +112,16 @@ func TestForgedTrialTokenBeforeAttemptExists(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("forged token report to attempt %d: HTTP %d %s, want 401", next, resp.StatusCode, b)
 	}
-	var tv TrialView
+	var tv wire.TrialView
 	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/trials/%d", a2.Trial.ID), e.admin, nil, &tv)
 	if tv.Best != nil {
 		t.Errorf("a forged report was recorded: trial %d best %v at step %d", a2.Trial.ID, *tv.Best, tv.BestStep)
 	}
 }
 
-func (e *env) exp(id int64) *ExperimentView {
+func (e *env) exp(id int64) *wire.ExperimentView {
 	e.t.Helper()
-	var v ExperimentView
+	var v wire.ExperimentView
 	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/experiments/%d", id), e.admin, nil, &v)
 	return &v
 }
@@ -193,7 +194,7 @@ func TestAskTell(t *testing.T) {
 	exp := e.submit(apiDriven)
 	seen := map[int64]bool{}
 	for i := range 2 {
-		var a control.Asked
+		var a wire.Asked
 		e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &a)
 		if a.Trial == nil || a.AttemptID == 0 || a.Token == "" || seen[a.Trial.ID] {
 			t.Fatalf("ask %d: %+v", i, a)
@@ -202,16 +203,16 @@ func TestAskTell(t *testing.T) {
 		if a.Trial.State != virga.TrialRunning || a.Trial.HParams["x"] == nil {
 			t.Errorf("asked trial %+v, want RUNNING with x", a.Trial)
 		}
-		var rr ReportReply
+		var rr wire.ReportReply
 		for step := range 3 {
 			e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID), a.Token,
-				control.Report{Step: int64(step), Metrics: map[string]float64{"loss": float64(10*i + 3 - step)}}, &rr)
+				wire.Report{Step: int64(step), Metrics: map[string]float64{"loss": float64(10*i + 3 - step)}}, &rr)
 			if rr.Decision != "continue" {
 				t.Errorf("decision %q, want continue", rr.Decision)
 			}
 		}
 		var tr virga.Trial
-		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), a.Token, CompleteRequest{OK: true}, &tr)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), a.Token, wire.CompleteRequest{OK: true}, &tr)
 		if tr.State != virga.TrialCompleted || tr.Step != 2 || tr.Best == nil || *tr.Best != float64(10*i+1) {
 			t.Errorf("completed trial %+v", tr)
 		}
@@ -226,7 +227,7 @@ func TestAskTell(t *testing.T) {
 		t.Errorf("ask past max_trials: HTTP %d %s, want 409", code, body)
 	}
 	e.eventually("the experiment to complete", func() bool { return e.exp(exp.ID).State == virga.ExperimentCompleted })
-	var best BestView
+	var best wire.BestView
 	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/experiments/%d/best", exp.ID), "", nil, &best)
 	if best.Trial == nil || *best.Trial.Best != 1 || best.Metrics == nil || best.Metrics.Step != 2 {
 		t.Errorf("best %+v", best)
@@ -236,7 +237,7 @@ func TestAskTell(t *testing.T) {
 func TestErrors(t *testing.T) {
 	e := newEnv(t, false)
 	exp := e.submit(apiDriven)
-	var a control.Asked
+	var a wire.Asked
 	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &a)
 	report := fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID)
 	cases := []struct {
@@ -287,7 +288,7 @@ func TestErrors(t *testing.T) {
 				}
 				return
 			}
-			var eb Error
+			var eb wire.Error
 			if code != c.wantCode || json.Unmarshal(body, &eb) != nil || !strings.Contains(eb.Error, c.wantInBody) {
 				t.Errorf("HTTP %d %s; want %d with %q", code, body, c.wantCode, c.wantInBody)
 			}
@@ -296,8 +297,8 @@ func TestErrors(t *testing.T) {
 	e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/experiments/%d/stop", own.ID), "", nil, nil)
 
 	t.Run("bad spec lists problems", func(t *testing.T) {
-		code, body := e.do("POST", "/api/v1/experiments", "", SubmitRequest{File: "bad.yaml", Spec: "name: x\nobjective: {metric: loss, direction: maximise}\nmax_trials: 0\n"})
-		var eb Error
+		code, body := e.do("POST", "/api/v1/experiments", "", wire.SubmitRequest{File: "bad.yaml", Spec: "name: x\nobjective: {metric: loss, direction: maximise}\nmax_trials: 0\n"})
+		var eb wire.Error
 		if code != http.StatusBadRequest || json.Unmarshal(body, &eb) != nil {
 			t.Fatalf("HTTP %d %s, want 400", code, body)
 		}
@@ -311,13 +312,13 @@ func TestErrors(t *testing.T) {
 		}
 	})
 	t.Run("finished attempt and stop of a completed experiment", func(t *testing.T) {
-		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", CompleteRequest{OK: true}, nil)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", wire.CompleteRequest{OK: true}, nil)
 		e.want(http.StatusConflict, "POST", report, "", `{"step": 5, "metrics": {"loss": 1}}`, nil)
-		e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", CompleteRequest{OK: true}, nil)
-		var b control.Asked
+		e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", wire.CompleteRequest{OK: true}, nil)
+		var b wire.Asked
 		e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &b)
 		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", b.AttemptID), "", `{"step": 1, "metrics": {"loss": 1}}`, nil)
-		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", b.AttemptID), "", CompleteRequest{OK: true}, nil)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", b.AttemptID), "", wire.CompleteRequest{OK: true}, nil)
 		// An API-driven experiment learns that its search is over from the next ask.
 		e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, nil)
 		e.eventually("completion", func() bool { return e.exp(exp.ID).State == virga.ExperimentCompleted })
@@ -380,15 +381,15 @@ func TestWatch(t *testing.T) {
 	if err != nil || first.kind != "snapshot" {
 		t.Fatalf("first event %+v, %v; want snapshot", first, err)
 	}
-	var snap WatchSnapshot
+	var snap wire.WatchSnapshot
 	if err := json.Unmarshal([]byte(first.data), &snap); err != nil || snap.Experiment.Experiment == nil || snap.Experiment.ID != exp.ID {
 		t.Fatalf("snapshot %s: %v", first.data, err)
 	}
 	for range 2 {
-		var a control.Asked
+		var a wire.Asked
 		e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &a)
-		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID), "", control.Report{Step: 0, Metrics: map[string]float64{"loss": 1}}, nil)
-		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", CompleteRequest{OK: true}, nil)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID), "", wire.Report{Step: 0, Metrics: map[string]float64{"loss": 1}}, nil)
+		e.want(http.StatusOK, "POST", fmt.Sprintf("/api/v1/attempts/%d/complete", a.AttemptID), "", wire.CompleteRequest{OK: true}, nil)
 	}
 	// The ask past max_trials ends the search.
 	e.want(http.StatusConflict, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, nil)
@@ -400,7 +401,7 @@ func TestWatch(t *testing.T) {
 		}
 		switch ev.kind {
 		case "update":
-			var u control.Update
+			var u wire.Update
 			if err := json.Unmarshal([]byte(ev.data), &u); err != nil || u.ExperimentID != exp.ID {
 				t.Fatalf("update %s: %v", ev.data, err)
 			}
@@ -451,7 +452,7 @@ max_trials: 1
 		t.Fatalf("followed logs: HTTP %d %q", code, body)
 	}
 	t.Logf("follow returned after %v", time.Since(start))
-	var tv TrialView
+	var tv wire.TrialView
 	e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/trials/%d", id), e.admin, nil, &tv)
 	if tv.State != virga.TrialCompleted {
 		t.Errorf("follow returned with the trial %s, want it ended", tv.State)
@@ -482,7 +483,7 @@ max_trials: 1
 func TestCrossSiteRefusedOnLoopback(t *testing.T) {
 	e := newEnv(t, false)
 	exp := e.submit(apiDriven) // JSON without a token: a local client
-	spec, _ := json.Marshal(SubmitRequest{File: "evil.yaml", Spec: apiDriven})
+	spec, _ := json.Marshal(wire.SubmitRequest{File: "evil.yaml", Spec: apiDriven})
 	req := func(method, path, ctype, origin, token string, body []byte) *http.Request {
 		r, err := http.NewRequest(method, e.srv.URL+path, bytes.NewReader(body))
 		if err != nil {
@@ -518,12 +519,12 @@ func TestCrossSiteRefusedOnLoopback(t *testing.T) {
 	}
 	for _, c := range refused {
 		code, body := e.send(c.r)
-		var eb Error
+		var eb wire.Error
 		if code != http.StatusForbidden || json.Unmarshal(body, &eb) != nil || !strings.Contains(eb.Error, c.want) || !strings.Contains(eb.Error, "admin-token") {
 			t.Errorf("%s: HTTP %d %s; want 403 saying %q and what to do", c.name, code, body, c.want)
 		}
 	}
-	var exps []ExperimentView
+	var exps []wire.ExperimentView
 	e.want(http.StatusOK, "GET", "/api/v1/experiments", "", nil, &exps)
 	if len(exps) != 1 || exps[0].State != virga.ExperimentActive {
 		t.Fatalf("experiments after refused requests: %+v; want only experiment %d, active", exps, exp.ID)
@@ -533,9 +534,9 @@ func TestCrossSiteRefusedOnLoopback(t *testing.T) {
 		t.Errorf("admin token with an Origin: HTTP %d %s, want 200", code, body)
 	}
 	// A token that is sent must be valid, on loopback too.
-	var a control.Asked
+	var a wire.Asked
 	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &a)
-	rep := control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}
+	rep := wire.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}
 	report := fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID)
 	for _, tok := range []string{"garbage", "vtgarbage", a.Token + "x"} {
 		if code, body := e.do("POST", report, tok, rep); code != http.StatusUnauthorized {
@@ -555,7 +556,7 @@ func TestCrossSiteRefusedOnLoopback(t *testing.T) {
 func TestCheckpointRefusedIs422(t *testing.T) {
 	e := newEnv(t, false)
 	exp := e.submit("name: badlink\nentrypoint: [sh, -c, 'ln -s /etc \"$VIRGA_CHECKPOINT_DIR/etc\" && sleep 30']\nhyperparameters:\n  x: {type: float, min: 0, max: 1}\nsearcher: random\nobjective: {metric: loss, direction: minimize}\nmax_trials: 1\nstop_grace: 1s\n")
-	var tv TrialView
+	var tv wire.TrialView
 	e.eventually("a running attempt with its link", func() bool {
 		var trials []*virga.Trial
 		e.want(http.StatusOK, "GET", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &trials)
@@ -568,8 +569,8 @@ func TestCheckpointRefusedIs422(t *testing.T) {
 	})
 	a := tv.AttemptList[len(tv.AttemptList)-1]
 	code, body := e.do("POST", fmt.Sprintf("/api/v1/attempts/%d/report", a.ID), control.TrialToken(testSecret, tv.ID),
-		control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}})
-	var eb Error
+		wire.Report{Step: 1, Metrics: map[string]float64{"loss": 1}})
+	var eb wire.Error
 	if code != http.StatusUnprocessableEntity || json.Unmarshal(body, &eb) != nil || !strings.Contains(eb.Error, "outside the checkpoint directory") {
 		t.Errorf("report with a link to /etc in the checkpoint directory: HTTP %d %s, want 422 saying why", code, body)
 	}

@@ -6,37 +6,10 @@ import (
 	"strings"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/spec"
 )
-
-// Spend is what has been spent so far, in USD: the cost of every attempt, a
-// running one's up to the moment of the answer.
-type Spend struct {
-	Cost float64 `json:"cost"`
-	// LostCost is the part of Cost that preemptions threw away: what
-	// preempted attempts cost after their last checkpoint.
-	LostCost float64 `json:"lost_cost"`
-}
-
-func (sp *Spend) add(a *virga.Attempt) {
-	sp.Cost += a.Cost
-	sp.LostCost += a.LostCost
-}
-
-// PoolSpend is what an experiment's attempts spent on one capacity pool.
-type PoolSpend struct {
-	Pool     string `json:"pool"` // "" for the backend's default pool
-	Attempts int    `json:"attempts"`
-	Spend
-}
-
-// TrialSummary is a trial with what its attempts have cost: an element of
-// an experiment's trial list.
-type TrialSummary struct {
-	*virga.Trial
-	Spend
-}
 
 // live reports whether any attempt has not ended.
 func live(as []*virga.Attempt) bool {
@@ -72,26 +45,26 @@ func (s *Server) priced(e *virga.Experiment, as []*virga.Attempt) []*virga.Attem
 }
 
 // addSpend sets what an experiment has cost, in total and by pool.
-func (s *Server) addSpend(ctx context.Context, v *ExperimentView) error {
+func (s *Server) addSpend(ctx context.Context, v *wire.ExperimentView) error {
 	as, err := s.st.ExperimentAttempts(ctx, v.ID)
 	if err != nil {
 		return err
 	}
-	pools := map[string]*PoolSpend{}
+	pools := map[string]*wire.PoolSpend{}
 	for _, a := range s.priced(v.Experiment, as) {
-		v.add(a)
+		v.Add(a)
 		p := pools[a.Pool]
 		if p == nil {
-			p = &PoolSpend{Pool: a.Pool}
+			p = &wire.PoolSpend{Pool: a.Pool}
 			pools[a.Pool] = p
 		}
 		p.Attempts++
-		p.add(a)
+		p.Add(a)
 	}
 	v.Pools = nil
 	for _, p := range pools {
 		v.Pools = append(v.Pools, *p)
 	}
-	slices.SortFunc(v.Pools, func(a, b PoolSpend) int { return strings.Compare(a.Pool, b.Pool) })
+	slices.SortFunc(v.Pools, func(a, b wire.PoolSpend) int { return strings.Compare(a.Pool, b.Pool) })
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/store"
@@ -93,7 +94,7 @@ func TestLiveCost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk.Advance(tc.advance)
-			var tv TrialView
+			var tv wire.TrialView
 			get(fmt.Sprintf("/api/v1/trials/%d", t1.ID), &tv)
 			if len(tv.AttemptList) != 2 {
 				t.Fatalf("trial has %d attempts, want 2", len(tv.AttemptList))
@@ -102,38 +103,38 @@ func TestLiveCost(t *testing.T) {
 			if d := cmp.Diff([]float64{1.5, 0.5, tc.wantLive, 0}, gotAttempts, approx); d != "" {
 				t.Errorf("attempts' cost and lost cost (-want +got):\n%s", d)
 			}
-			if d := cmp.Diff(Spend{Cost: 1.5 + tc.wantLive, LostCost: 0.5}, tv.Spend, approx); d != "" {
+			if d := cmp.Diff(wire.Spend{Cost: 1.5 + tc.wantLive, LostCost: 0.5}, tv.Spend, approx); d != "" {
 				t.Errorf("trial's spend (-want +got):\n%s", d)
 			}
 
-			var list []TrialSummary
+			var list []wire.TrialSummary
 			get(fmt.Sprintf("/api/v1/experiments/%d/trials", e.ID), &list)
-			var gotList []Spend
+			var gotList []wire.Spend
 			for _, ts := range list {
 				gotList = append(gotList, ts.Spend)
 			}
-			if d := cmp.Diff([]Spend{{Cost: 1.5 + tc.wantLive, LostCost: 0.5}, {Cost: 4}}, gotList, approx); d != "" {
+			if d := cmp.Diff([]wire.Spend{{Cost: 1.5 + tc.wantLive, LostCost: 0.5}, {Cost: 4}}, gotList, approx); d != "" {
 				t.Errorf("trial list's spend (-want +got):\n%s", d)
 			}
 
-			var v ExperimentView
+			var v wire.ExperimentView
 			get(fmt.Sprintf("/api/v1/experiments/%d", e.ID), &v)
 			wantV := struct {
-				Spend Spend
-				Pools []PoolSpend
+				Spend wire.Spend
+				Pools []wire.PoolSpend
 			}{
-				Spend{Cost: 5.5 + tc.wantLive, LostCost: 0.5},
-				[]PoolSpend{{Pool: "ondemand", Attempts: 1, Spend: Spend{Cost: 4}},
-					{Pool: "spot", Attempts: 2, Spend: Spend{Cost: 1.5 + tc.wantLive, LostCost: 0.5}}},
+				wire.Spend{Cost: 5.5 + tc.wantLive, LostCost: 0.5},
+				[]wire.PoolSpend{{Pool: "ondemand", Attempts: 1, Spend: wire.Spend{Cost: 4}},
+					{Pool: "spot", Attempts: 2, Spend: wire.Spend{Cost: 1.5 + tc.wantLive, LostCost: 0.5}}},
 			}
 			gotV := struct {
-				Spend Spend
-				Pools []PoolSpend
+				Spend wire.Spend
+				Pools []wire.PoolSpend
 			}{v.Spend, v.Pools}
 			if d := cmp.Diff(wantV, gotV, approx); d != "" {
 				t.Errorf("experiment's spend (-want +got):\n%s", d)
 			}
-			var vs []ExperimentView
+			var vs []wire.ExperimentView
 			get("/api/v1/experiments", &vs)
 			if len(vs) != 1 || math.Abs(vs[0].Cost-wantV.Spend.Cost) > 1e-9 {
 				t.Errorf("experiment list: %d experiments, first costing %v; want 1 costing %v", len(vs), vs[0].Cost, wantV.Spend.Cost)
@@ -154,9 +155,9 @@ func TestLiveCost(t *testing.T) {
 	plain := httptest.NewServer(New(Config{Store: st}))
 	t.Cleanup(plain.Close)
 	srv = plain
-	var tv TrialView
+	var tv wire.TrialView
 	get(fmt.Sprintf("/api/v1/trials/%d", t1.ID), &tv)
-	if d := cmp.Diff(Spend{Cost: 1.5, LostCost: 0.5}, tv.Spend, approx); d != "" {
+	if d := cmp.Diff(wire.Spend{Cost: 1.5, LostCost: 0.5}, tv.Spend, approx); d != "" {
 		t.Errorf("trial's spend without a pricer (-want +got):\n%s", d)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 // FuzzReportDecode posts arbitrary bodies to the report endpoint of a live
@@ -37,7 +37,7 @@ func FuzzReportDecode(f *testing.F) {
 	}
 	e := newEnv(f, false)
 	exp := e.submit(apiDriven)
-	var a control.Asked
+	var a wire.Asked
 	e.want(http.StatusCreated, "POST", fmt.Sprintf("/api/v1/experiments/%d/trials", exp.ID), "", nil, &a)
 	path := fmt.Sprintf("/api/v1/attempts/%d/report", a.AttemptID)
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/backend/local"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/control"
@@ -170,7 +171,7 @@ func (e *env) want(code int, method, path, token string, body, out any) []byte {
 func (e *env) submit(y string) *virga.Experiment {
 	e.t.Helper()
 	var exp virga.Experiment
-	e.want(http.StatusCreated, "POST", "/api/v1/experiments", e.admin, SubmitRequest{File: "exp.yaml", Spec: y}, &exp)
+	e.want(http.StatusCreated, "POST", "/api/v1/experiments", e.admin, wire.SubmitRequest{File: "exp.yaml", Spec: y}, &exp)
 	return &exp
 }
 

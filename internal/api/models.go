@@ -11,50 +11,13 @@ import (
 	"strconv"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/spec"
 )
 
 // The model registry's routes. Its writes do not go through the control
 // loop: they touch no experiment, trial or attempt, and each is one store
 // transaction of its own (see docs/architecture.md).
-
-// ModelSummary is one entry of GET /api/v1/models: a model, its versions and
-// its aliases (alias name to version).
-type ModelSummary struct {
-	virga.Model
-	Aliases map[string]int64 `json:"aliases"`
-}
-
-// ModelView is the body of GET /api/v1/models/{name}: every version, oldest
-// first, and every alias.
-type ModelView struct {
-	Name     string                `json:"name"`
-	Versions []*virga.ModelVersion `json:"versions"`
-	Aliases  []virga.ModelAlias    `json:"aliases"`
-}
-
-// ModelVersionView is a version with the aliases that point at it.
-type ModelVersionView struct {
-	*virga.ModelVersion
-	Aliases []string `json:"aliases"`
-}
-
-// RegisterModelRequest is the JSON body of POST
-// /api/v1/models/{name}/versions: the model of an experiment's best trial
-// (experiment_id with best) or of a trial (trial_id), from its latest
-// checkpoint that holds one. A model directory is uploaded instead as a tar
-// archive (Content-Type: application/x-tar, description in the query).
-type RegisterModelRequest struct {
-	ExperimentID int64  `json:"experiment_id,omitempty"`
-	Best         bool   `json:"best,omitempty"`
-	TrialID      int64  `json:"trial_id,omitempty"`
-	Description  string `json:"description,omitempty"`
-}
-
-// AliasRequest is the body of PUT /api/v1/models/{name}/aliases/{alias}.
-type AliasRequest struct {
-	Version int64 `json:"version"`
-}
 
 // modelName reads and checks the path's model name, answering 400 itself.
 func modelName(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -95,9 +58,9 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	out := make([]ModelSummary, len(ms))
+	out := make([]wire.ModelSummary, len(ms))
 	for i, m := range ms {
-		out[i] = ModelSummary{Model: m, Aliases: map[string]int64{}}
+		out[i] = wire.ModelSummary{Model: m, Aliases: map[string]int64{}}
 		for _, a := range as {
 			if a.Name == m.Name {
 				out[i].Aliases[a.Alias] = a.Version
@@ -129,7 +92,7 @@ func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	if as == nil {
 		as = []virga.ModelAlias{}
 	}
-	writeJSON(w, http.StatusOK, ModelView{Name: name, Versions: vs, Aliases: as})
+	writeJSON(w, http.StatusOK, wire.ModelView{Name: name, Versions: vs, Aliases: as})
 }
 
 // resolve reads the path's model and version and finds the version,
@@ -161,7 +124,7 @@ func (s *Server) getModelVersion(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	out := ModelVersionView{ModelVersion: v, Aliases: []string{}}
+	out := wire.ModelVersionView{ModelVersion: v, Aliases: []string{}}
 	for _, a := range as {
 		if a.Version == v.Version {
 			out.Aliases = append(out.Aliases, a.Alias)
@@ -184,7 +147,7 @@ func (s *Server) registerModel(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, v)
 		return
 	}
-	var req RegisterModelRequest
+	var req wire.RegisterModelRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -301,7 +264,7 @@ func (s *Server) setModelAlias(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	var req AliasRequest
+	var req wire.AliasRequest
 	if !decode(w, r, &req) {
 		return
 	}

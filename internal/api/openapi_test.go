@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 // TestOpenAPISchemasMatchJSON checks that the document's schemas of the
@@ -15,9 +16,9 @@ import (
 // field added to one of them is documented.
 func TestOpenAPISchemasMatchJSON(t *testing.T) {
 	for name, v := range map[string]any{"Experiment": virga.Experiment{}, "Trial": virga.Trial{}, "Prediction": virga.Prediction{}, "Attempt": virga.Attempt{},
-		"PoolSpend": PoolSpend{}, "ModelVersion": virga.ModelVersion{}, "ModelAlias": virga.ModelAlias{}, "Model": virga.Model{},
-		"ModelTensor": virga.ModelTensor{}, "ModelSignature": virga.ModelSignature{}, "ModelView": ModelView{},
-		"RegisterModelRequest": RegisterModelRequest{}, "AliasRequest": AliasRequest{}} {
+		"PoolSpend": wire.PoolSpend{}, "ModelVersion": virga.ModelVersion{}, "ModelAlias": virga.ModelAlias{}, "Model": virga.Model{},
+		"ModelTensor": virga.ModelTensor{}, "ModelSignature": virga.ModelSignature{}, "ModelView": wire.ModelView{},
+		"RegisterModelRequest": wire.RegisterModelRequest{}, "AliasRequest": wire.AliasRequest{}} {
 		schema, ok := schemas()[name].(map[string]any)
 		if !ok {
 			t.Errorf("no schema %s", name)

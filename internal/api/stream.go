@@ -12,14 +12,8 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
-
-// WatchSnapshot is the first server-sent event of a watch ("snapshot"); later
-// "update" events carry a control.Update; "end" says the experiment ended.
-type WatchSnapshot struct {
-	Experiment ExperimentView `json:"experiment"`
-	Trials     []*virga.Trial `json:"trials"`
-}
 
 func sse(w http.ResponseWriter, f http.Flusher, event string, v any) error {
 	b, err := json.Marshal(v)
@@ -68,7 +62,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	if trials == nil {
 		trials = []*virga.Trial{}
 	}
-	if err := sse(w, f, "snapshot", WatchSnapshot{Experiment: v, Trials: trials}); err != nil {
+	if err := sse(w, f, "snapshot", wire.WatchSnapshot{Experiment: v, Trials: trials}); err != nil {
 		return
 	}
 	if e.State.Terminal() {

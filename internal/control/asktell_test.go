@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/search"
 )
 
@@ -117,7 +117,7 @@ func TestConcurrentAsks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	type got struct {
-		a   control.Asked
+		a   wire.Asked
 		err error
 	}
 	results := make(chan got, 40)
@@ -126,7 +126,7 @@ func TestConcurrentAsks(t *testing.T) {
 			for range 5 {
 				a, err := h.ctl.Ask(ctx, e.ID)
 				if err == nil {
-					_, err = h.ctl.Report(ctx, a.AttemptID, control.Report{Metrics: map[string]float64{"loss": a.Trial.HParams["x"].(float64)}})
+					_, err = h.ctl.Report(ctx, a.AttemptID, wire.Report{Metrics: map[string]float64{"loss": a.Trial.HParams["x"].(float64)}})
 				}
 				if err == nil {
 					_, err = h.ctl.Tell(ctx, a.AttemptID, true)

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/clock"
@@ -157,7 +158,7 @@ type Controller struct {
 	live   map[int64]*liveAttempt
 
 	subMu sync.Mutex
-	subs  map[chan Update]int64 // subscriber -> experiment ID (0: all)
+	subs  map[chan wire.Update]int64 // subscriber -> experiment ID (0: all)
 
 	// Loop-owned state (touched only by the loop goroutine).
 	exps          map[int64]*expState
@@ -180,13 +181,6 @@ type Controller struct {
 	inflightPool map[string]virga.Resources
 
 	met *metrics // Prometheus metrics (metrics.go)
-}
-
-// Update tells subscribers what changed in one committed iteration.
-type Update struct {
-	ExperimentID int64
-	Experiment   *virga.Experiment // set when the experiment changed
-	Trials       []*virga.Trial    // trials that changed
 }
 
 type expState struct {
@@ -300,7 +294,7 @@ func New(cfg Config) (*Controller, error) {
 		done:        make(chan struct{}),
 		ready:       make(chan struct{}),
 		live:        map[int64]*liveAttempt{},
-		subs:        map[chan Update]int64{},
+		subs:        map[chan wire.Update]int64{},
 		exps:        map[int64]*expState{},
 		trials:      map[int64]*trialState{},
 		attempts:    map[int64]*trialState{},
@@ -335,8 +329,8 @@ func (c *Controller) AttemptDir(attemptID int64) string {
 
 // Subscribe returns a channel of updates for one experiment (0: all) and a
 // cancel function. Slow subscribers miss updates rather than block the loop.
-func (c *Controller) Subscribe(experimentID int64) (<-chan Update, func()) {
-	ch := make(chan Update, 256)
+func (c *Controller) Subscribe(experimentID int64) (<-chan wire.Update, func()) {
+	ch := make(chan wire.Update, 256)
 	c.subMu.Lock()
 	c.subs[ch] = experimentID
 	c.subMu.Unlock()
@@ -350,7 +344,7 @@ func (c *Controller) Subscribe(experimentID int64) (<-chan Update, func()) {
 	}
 }
 
-func (c *Controller) publish(ups map[int64]*Update) {
+func (c *Controller) publish(ups map[int64]*wire.Update) {
 	if len(ups) == 0 {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/control"
 )
@@ -292,7 +293,7 @@ func TestTimeoutStopsAttempt(t *testing.T) {
 	}
 	h.advance(time.Millisecond)
 	h.eventually("the timed-out attempt to be stopped", func() bool { return h.be.stopped(s.AttemptID) })
-	if d, err := h.ctl.Report(context.Background(), s.AttemptID, control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}); err != nil || d.String() != "stop" {
+	if d, err := h.ctl.Report(context.Background(), s.AttemptID, wire.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}); err != nil || d.String() != "stop" {
 		t.Errorf("report while timing out: %v, %v; want stop", d, err)
 	}
 	h.signalled(s.AttemptID, "terminated")
@@ -312,7 +313,7 @@ func TestStopWhileRunning(t *testing.T) {
 	e := h.submit(expYAML("stoprun", "max_trials: 3\nmax_concurrent: 1"))
 	s := h.nextStart()
 	h.started(s)
-	got, err := h.ctl.Control(context.Background(), e.ID, control.OpStop)
+	got, err := h.ctl.Control(context.Background(), e.ID, wire.OpStop)
 	if err != nil || got.State != virga.ExperimentStopping {
 		t.Fatalf("stop: %v, %v; want STOPPING", got, err)
 	}
@@ -333,7 +334,7 @@ func TestStopWhileRunning(t *testing.T) {
 	if n := len(h.trials(e.ID)); n != 1 {
 		t.Errorf("%d trials after stop, want 1", n)
 	}
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpStop); !errors.Is(err, virga.ErrConflict) {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpStop); !errors.Is(err, virga.ErrConflict) {
 		t.Errorf("stop of a stopped experiment: %v, want ErrConflict", err)
 	}
 }
@@ -349,7 +350,7 @@ func TestStopWhileQueued(t *testing.T) {
 	h.exited(s.AttemptID, 1)
 	h.waitTrial(s.TrialID, virga.TrialQueued)
 	h.noStart()
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpStop); err != nil {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpStop); err != nil {
 		t.Fatal(err)
 	}
 	tr := h.waitTrial(s.TrialID, virga.TrialStopped)
@@ -367,12 +368,12 @@ func TestPauseResume(t *testing.T) {
 	h.started(s)
 	writeCkpt(t, s, "before pause")
 	h.report(s.AttemptID, 1, 0.9)
-	got, err := h.ctl.Control(context.Background(), e.ID, control.OpPause)
+	got, err := h.ctl.Control(context.Background(), e.ID, wire.OpPause)
 	if err != nil || got.State != virga.ExperimentPaused {
 		t.Fatalf("pause: %v, %v", got, err)
 	}
 	h.eventually("Stop of the paused attempt", func() bool { return h.be.stopped(s.AttemptID) })
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpPause); !errors.Is(err, virga.ErrConflict) {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpPause); !errors.Is(err, virga.ErrConflict) {
 		t.Errorf("second pause: %v, want ErrConflict", err)
 	}
 	h.signalled(s.AttemptID, "terminated")
@@ -381,7 +382,7 @@ func TestPauseResume(t *testing.T) {
 	if e2 := h.exp(e.ID); e2.State != virga.ExperimentPaused {
 		t.Errorf("experiment %s while its trial is paused, want PAUSED", e2.State)
 	}
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpResume); err != nil {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpResume); err != nil {
 		t.Fatal(err)
 	}
 	s2 := h.nextStart()
@@ -410,10 +411,10 @@ func TestResumeBeforePausedAttemptExits(t *testing.T) {
 	e := h.submit(expYAML("pauseresume", "max_trials: 1"))
 	s := h.nextStart()
 	h.started(s)
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpPause); err != nil {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpPause); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpResume); err != nil {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpResume); err != nil {
 		t.Fatal(err)
 	}
 	h.signalled(s.AttemptID, "terminated") // the pause's SIGTERM lands now
@@ -438,12 +439,12 @@ func TestReportToSupersededAttempt(t *testing.T) {
 	h.report(s.AttemptID, 0, 1)
 	h.exited(s.AttemptID, 1)
 	s2 := h.nextStart()
-	if _, err := h.ctl.Report(context.Background(), s.AttemptID, control.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}); !errors.Is(err, control.ErrSuperseded) {
+	if _, err := h.ctl.Report(context.Background(), s.AttemptID, wire.Report{Step: 1, Metrics: map[string]float64{"loss": 1}}); !errors.Is(err, control.ErrSuperseded) {
 		t.Errorf("report of the old attempt: %v, want ErrSuperseded", err)
 	}
 	// An attempt that never existed is not "superseded": the caller has the
 	// wrong ID, and a trial must not take it for an order to exit.
-	if _, err := h.ctl.Report(context.Background(), 999999, control.Report{Step: 1}); !errors.Is(err, virga.ErrNotFound) || errors.Is(err, control.ErrSuperseded) {
+	if _, err := h.ctl.Report(context.Background(), 999999, wire.Report{Step: 1}); !errors.Is(err, virga.ErrNotFound) || errors.Is(err, control.ErrSuperseded) {
 		t.Errorf("report of an unknown attempt: %v, want virga.ErrNotFound", err)
 	}
 	h.started(s2)
@@ -467,7 +468,7 @@ objective: {metric: loss, direction: minimize}
 max_trials: 20
 seed: 5
 `)
-	var asked []control.Asked
+	var asked []wire.Asked
 	for range trials {
 		a, err := h.ctl.Ask(context.Background(), e.ID)
 		if err != nil {
@@ -481,7 +482,7 @@ seed: 5
 	for i := range trials * steps {
 		wg.Go(func() {
 			a := asked[i%trials]
-			d, err := h.ctl.Report(context.Background(), a.AttemptID, control.Report{Step: int64(i / trials), Metrics: map[string]float64{"loss": float64(i)}})
+			d, err := h.ctl.Report(context.Background(), a.AttemptID, wire.Report{Step: int64(i / trials), Metrics: map[string]float64{"loss": float64(i)}})
 			if err == nil && d.String() != "continue" {
 				err = fmt.Errorf("decision %s", d)
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/clock"
@@ -432,7 +433,7 @@ func (h *harness) waitExp(id int64, state virga.ExperimentState) *virga.Experime
 // report sends one report, failing the test on error.
 func (h *harness) report(attemptID, step int64, loss float64) string {
 	h.t.Helper()
-	d, err := h.ctl.Report(context.Background(), attemptID, control.Report{Step: step, Metrics: map[string]float64{"loss": loss}})
+	d, err := h.ctl.Report(context.Background(), attemptID, wire.Report{Step: step, Metrics: map[string]float64{"loss": loss}})
 	if err != nil {
 		h.t.Fatalf("Report(attempt %d, step %d): %v", attemptID, step, err)
 	}

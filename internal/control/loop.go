@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/search"
@@ -50,14 +51,14 @@ type iteration struct {
 	b        store.Batch
 	after    []func() // run after the commit, in order
 	toStart  []*trialState
-	asks     map[*trialState]chan result[Asked]
+	asks     map[*trialState]chan result[wire.Asked]
 	again    bool                    // run another pass at once (new experiments)
 	tick     bool                    // check timeouts and budgets (a tick or a Step)
 	steps    []chan result[struct{}] // Step calls answered once the pass is acted on
 }
 
 func newIteration() *iteration {
-	return &iteration{exps: map[*expState]bool{}, reported: map[*trialState]bool{}, tset: map[*trialState]bool{}, asks: map[*trialState]chan result[Asked]{}}
+	return &iteration{exps: map[*expState]bool{}, reported: map[*trialState]bool{}, tset: map[*trialState]bool{}, asks: map[*trialState]chan result[wire.Asked]{}}
 }
 
 func (it *iteration) touchTrial(ts *trialState) {
@@ -222,7 +223,7 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (e
 			c.setLive(l.la)
 			if reply, ok := it.asks[l.ts]; ok {
 				c.startedSeen[l.la.attemptID] = true // no process: nothing in flight
-				reply <- result[Asked]{v: Asked{Trial: cloneTrial(l.ts.t), AttemptID: l.la.attemptID, Token: TrialToken(c.cfg.Secret, l.ts.t.ID)}}
+				reply <- result[wire.Asked]{v: wire.Asked{Trial: cloneTrial(l.ts.t), AttemptID: l.la.attemptID, Token: TrialToken(c.cfg.Secret, l.ts.t.ID)}}
 				continue
 			}
 			done := make(chan struct{})
@@ -302,11 +303,11 @@ func (c *Controller) commit(ctx context.Context, it *iteration) error {
 			}
 		}
 	}
-	ups := map[int64]*Update{}
-	up := func(id int64) *Update {
+	ups := map[int64]*wire.Update{}
+	up := func(id int64) *wire.Update {
 		u := ups[id]
 		if u == nil {
-			u = &Update{ExperimentID: id}
+			u = &wire.Update{ExperimentID: id}
 			ups[id] = u
 		}
 		return u

@@ -7,6 +7,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/control"
 )
 
@@ -99,7 +100,7 @@ func TestMetricsFollowTheLoop(t *testing.T) {
 	}
 
 	// Pause: both attempts are stopped and exit; the trials wait PAUSED.
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpPause); err != nil {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpPause); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("both attempts to be stopped", func() bool { return h.be.stopped(s1.AttemptID) && h.be.stopped(s2.AttemptID) })

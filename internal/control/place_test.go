@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/store"
@@ -324,7 +325,7 @@ func TestPreemptedWhileStopping(t *testing.T) {
 	e := h.submit(expYAML("stopping", "max_trials: 1\nresources: {cpu: 1}"))
 	s := h.nextStart()
 	h.started(s)
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpStop); err != nil {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpStop); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("the stop to reach the backend", func() bool { return be.stopped(s.AttemptID) })

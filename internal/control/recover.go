@@ -9,30 +9,23 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/spec"
 	"github.com/virga-ml/virga/internal/store"
 )
 
-// Asked is a trial created through the API (ask/tell): no process is started;
-// the caller reports with the attempt ID and the token, and ends it with Tell.
-type Asked struct {
-	Trial     *virga.Trial `json:"trial"`
-	AttemptID int64        `json:"attempt_id"`
-	Token     string       `json:"token"`
-}
-
 type askReq struct {
 	id    int64
-	reply chan result[Asked]
+	reply chan result[wire.Asked]
 }
 
 // Ask creates a trial of an API-driven experiment (one without an entrypoint)
 // from the searcher's next proposal. It returns an error wrapping
 // search.ErrExhausted when the search has no more trials to give now.
-func (c *Controller) Ask(ctx context.Context, experimentID int64) (Asked, error) {
-	r := &askReq{id: experimentID, reply: make(chan result[Asked], 1)}
+func (c *Controller) Ask(ctx context.Context, experimentID int64) (wire.Asked, error) {
+	r := &askReq{id: experimentID, reply: make(chan result[wire.Asked], 1)}
 	return call(ctx, c, r, r.reply)
 }
 
@@ -41,16 +34,16 @@ func (c *Controller) handleAsk(it *iteration, r *askReq) {
 	switch {
 	case es == nil:
 		if _, err := c.cfg.Store.Experiment(context.Background(), r.id); err != nil {
-			r.reply <- result[Asked]{err: err}
+			r.reply <- result[wire.Asked]{err: err}
 			return
 		}
-		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d has ended: %w", r.id, virga.ErrConflict)}
+		r.reply <- result[wire.Asked]{err: fmt.Errorf("experiment %d has ended: %w", r.id, virga.ErrConflict)}
 		return
 	case !es.spec.DriveByAPI():
-		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d runs its own trials (it has an entrypoint): %w", r.id, virga.ErrConflict)}
+		r.reply <- result[wire.Asked]{err: fmt.Errorf("experiment %d runs its own trials (it has an entrypoint): %w", r.id, virga.ErrConflict)}
 		return
 	case es.exp.State != virga.ExperimentActive:
-		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d is %s: %w", r.id, es.exp.State, virga.ErrConflict)}
+		r.reply <- result[wire.Asked]{err: fmt.Errorf("experiment %d is %s: %w", r.id, es.exp.State, virga.ErrConflict)}
 		return
 	}
 	// A trial whose attempt failed (Tell ok=false) runs again before any new one.
@@ -66,7 +59,7 @@ func (c *Controller) handleAsk(it *iteration, r *askReq) {
 	}
 	if ts == nil {
 		c.maybeFinish(it, es)
-		r.reply <- result[Asked]{err: fmt.Errorf("experiment %d: %w", r.id, search.ErrExhausted)}
+		r.reply <- result[wire.Asked]{err: fmt.Errorf("experiment %d: %w", r.id, search.ErrExhausted)}
 		return
 	}
 	it.toStart = append(it.toStart, ts)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/backend"
 	"github.com/virga-ml/virga/internal/backend/local"
 	"github.com/virga-ml/virga/internal/control"
@@ -43,7 +44,7 @@ func reportHandler(ctl *control.Controller) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/attempts/{id}/report", func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-		var rep control.Report
+		var rep wire.Report
 		if err == nil {
 			err = json.NewDecoder(r.Body).Decode(&rep)
 		}

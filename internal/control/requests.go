@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/spec"
@@ -92,28 +93,9 @@ func (c *Controller) handleSubmit(it *iteration, r *submitReq) {
 	it.again = true
 }
 
-// Report is one metric report of an attempt.
-type Report struct {
-	Step    int64              `json:"step"`
-	Metrics map[string]float64 `json:"metrics"`
-	// Checkpoint names a checkpoint this attempt uploaded (UploadCheckpoint)
-	// that holds the state up to Step: sent by the agent of a remote
-	// attempt, whose directory the server cannot read.
-	Checkpoint string `json:"checkpoint,omitempty"`
-}
-
-// Validate checks a report's content: a step >= 0 and metrics within
-// virga.CheckMetrics's limits.
-func (r *Report) Validate() error {
-	if r.Step < 0 {
-		return fmt.Errorf("step: must be >= 0 (got %d)", r.Step)
-	}
-	return virga.CheckMetrics(r.Metrics)
-}
-
 type reportReq struct {
 	attemptID int64
-	rep       Report
+	rep       wire.Report
 	ckpt      *checkpoint.Info
 	time      time.Time
 	reply     chan result[search.Decision]
@@ -132,7 +114,7 @@ func (c *Controller) AttemptTrial(attemptID int64) (trialID int64, ok bool) {
 // checkpoint directory if it changed, commits the metric (and checkpoint)
 // durably, and returns the searcher's decision. ErrSuperseded means the
 // attempt is no longer current; virga.ErrNotFound that it never existed.
-func (c *Controller) Report(ctx context.Context, attemptID int64, rep Report) (search.Decision, error) {
+func (c *Controller) Report(ctx context.Context, attemptID int64, rep wire.Report) (search.Decision, error) {
 	if err := rep.Validate(); err != nil {
 		return search.Continue, err
 	}
@@ -334,27 +316,17 @@ func (c *Controller) checkpointShared(self *trialState, id string) bool {
 	return false
 }
 
-// Op is a user action on an experiment.
-type Op string
-
-// Operations.
-const (
-	OpStop   Op = "stop"
-	OpPause  Op = "pause"
-	OpResume Op = "resume"
-)
-
 type opReq struct {
 	id    int64
-	op    Op
+	op    wire.Op
 	reply chan result[*virga.Experiment]
 }
 
 // Control applies a user action to an experiment and returns its new state.
 // Acting on a terminal experiment returns an error wrapping virga.ErrConflict.
-func (c *Controller) Control(ctx context.Context, experimentID int64, op Op) (*virga.Experiment, error) {
+func (c *Controller) Control(ctx context.Context, experimentID int64, op wire.Op) (*virga.Experiment, error) {
 	switch op {
-	case OpStop, OpPause, OpResume:
+	case wire.OpStop, wire.OpPause, wire.OpResume:
 	default:
 		return nil, fmt.Errorf("unknown operation %q (want stop, pause or resume)", op)
 	}
@@ -377,7 +349,7 @@ func (c *Controller) handleOp(it *iteration, r *opReq) {
 	prev := es.exp.State
 	var kind virga.EventKind
 	switch r.op {
-	case OpStop:
+	case wire.OpStop:
 		kind = virga.EventExperimentStop
 		if !c.setExp(it, es, virga.ExperimentStopping, virga.ReasonStoppedByUser, "stopping at user request", now) {
 			r.reply <- result[*virga.Experiment]{err: fmt.Errorf("experiment %d is %s: %w", r.id, prev, virga.ErrConflict)}
@@ -391,7 +363,7 @@ func (c *Controller) handleOp(it *iteration, r *opReq) {
 				c.endTrial(it, ts, virga.TrialStopped, virga.ReasonStoppedByUser, "stopped by user", search.Stopped, now)
 			}
 		}
-	case OpPause:
+	case wire.OpPause:
 		kind = virga.EventExperimentPause
 		if prev != virga.ExperimentActive {
 			r.reply <- result[*virga.Experiment]{err: fmt.Errorf("experiment %d is %s, not ACTIVE: %w", r.id, prev, virga.ErrConflict)}
@@ -403,7 +375,7 @@ func (c *Controller) handleOp(it *iteration, r *opReq) {
 				c.stopAttempt(it, ts, stopPause)
 			}
 		}
-	case OpResume:
+	case wire.OpResume:
 		kind = virga.EventExperimentResume
 		if prev != virga.ExperimentPaused {
 			r.reply <- result[*virga.Experiment]{err: fmt.Errorf("experiment %d is %s, not PAUSED: %w", r.id, prev, virga.ErrConflict)}

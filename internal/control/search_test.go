@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/backend"
-	"github.com/virga-ml/virga/internal/control"
 )
 
 // TestASHAPromoteThroughControl runs ASHA in promote mode with the fake
@@ -287,7 +287,7 @@ func TestCrashWhilePausingInAPausedExperiment(t *testing.T) {
 	if d := h.report(s1.AttemptID, 1, 0.1); d != "stop" {
 		t.Fatalf("decision %s, want stop (pause)", d)
 	}
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpPause); err != nil {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpPause); err != nil {
 		t.Fatal(err)
 	}
 	h.crash()
@@ -296,7 +296,7 @@ func TestCrashWhilePausingInAPausedExperiment(t *testing.T) {
 	if tr := h.waitTrial(s1.TrialID, virga.TrialPaused); tr.Message != "paused by the searcher" {
 		t.Fatalf("after recovery the searcher's pause became %q", tr.Message)
 	}
-	if _, err := h.ctl.Control(context.Background(), e.ID, control.OpResume); err != nil {
+	if _, err := h.ctl.Control(context.Background(), e.ID, wire.OpResume); err != nil {
 		t.Fatal(err)
 	}
 	if s := h.nextStart(); s.TrialID == s1.TrialID {

@@ -17,8 +17,7 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
-	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 // Client calls one Virga server.
@@ -44,7 +43,7 @@ func (c *Client) Base() string { return c.base }
 // Error is an error response from the server.
 type Error struct {
 	Status int
-	Body   api.Error
+	Body   wire.Error
 }
 
 func (e *Error) Error() string {
@@ -71,7 +70,7 @@ func readError(resp *http.Response) *Error {
 	e := &Error{Status: resp.StatusCode}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if json.Unmarshal(b, &e.Body) != nil || e.Body.Error == "" {
-		e.Body = api.Error{Error: strings.TrimSpace(string(b))}
+		e.Body = wire.Error{Error: strings.TrimSpace(string(b))}
 	}
 	if e.Body.Error == "" {
 		e.Body.Error = http.StatusText(resp.StatusCode)
@@ -116,8 +115,8 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 }
 
 // Health returns the server's health.
-func (c *Client) Health(ctx context.Context) (api.Health, error) {
-	var h api.Health
+func (c *Client) Health(ctx context.Context) (wire.Health, error) {
+	var h wire.Health
 	err := c.do(ctx, http.MethodGet, "/api/v1/health", nil, &h)
 	return h, err
 }
@@ -131,12 +130,12 @@ func (c *Client) Submit(ctx context.Context, file string, data []byte) (*virga.E
 // (JSON), kept as its "experiment.estimate" event.
 func (c *Client) SubmitWithEstimate(ctx context.Context, file string, data []byte, estimate json.RawMessage) (*virga.Experiment, error) {
 	var e virga.Experiment
-	err := c.do(ctx, http.MethodPost, "/api/v1/experiments", api.SubmitRequest{File: file, Spec: string(data), Estimate: estimate}, &e)
+	err := c.do(ctx, http.MethodPost, "/api/v1/experiments", wire.SubmitRequest{File: file, Spec: string(data), Estimate: estimate}, &e)
 	return &e, err
 }
 
 // Experiments lists experiments, newest first.
-func (c *Client) Experiments(ctx context.Context, states []string, limit int) ([]api.ExperimentView, error) {
+func (c *Client) Experiments(ctx context.Context, states []string, limit int) ([]wire.ExperimentView, error) {
 	q := url.Values{}
 	if len(states) > 0 {
 		q.Set("state", strings.Join(states, ","))
@@ -144,20 +143,20 @@ func (c *Client) Experiments(ctx context.Context, states []string, limit int) ([
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out []api.ExperimentView
+	var out []wire.ExperimentView
 	err := c.do(ctx, http.MethodGet, "/api/v1/experiments?"+q.Encode(), nil, &out)
 	return out, err
 }
 
 // Experiment returns one experiment with its summary.
-func (c *Client) Experiment(ctx context.Context, id int64) (*api.ExperimentView, error) {
-	var v api.ExperimentView
+func (c *Client) Experiment(ctx context.Context, id int64) (*wire.ExperimentView, error) {
+	var v wire.ExperimentView
 	err := c.do(ctx, http.MethodGet, "/api/v1/experiments/"+itoa(id), nil, &v)
 	return &v, err
 }
 
 // Control stops, pauses or resumes an experiment.
-func (c *Client) Control(ctx context.Context, id int64, op control.Op) (*virga.Experiment, error) {
+func (c *Client) Control(ctx context.Context, id int64, op wire.Op) (*virga.Experiment, error) {
 	var e virga.Experiment
 	err := c.do(ctx, http.MethodPost, "/api/v1/experiments/"+itoa(id)+"/"+string(op), nil, &e)
 	return &e, err
@@ -171,22 +170,22 @@ func (c *Client) Trials(ctx context.Context, id int64) ([]*virga.Trial, error) {
 }
 
 // TrialSummaries lists an experiment's trials with what each has cost.
-func (c *Client) TrialSummaries(ctx context.Context, id int64) ([]api.TrialSummary, error) {
-	var out []api.TrialSummary
+func (c *Client) TrialSummaries(ctx context.Context, id int64) ([]wire.TrialSummary, error) {
+	var out []wire.TrialSummary
 	err := c.do(ctx, http.MethodGet, "/api/v1/experiments/"+itoa(id)+"/trials", nil, &out)
 	return out, err
 }
 
 // Best returns an experiment's best trial.
-func (c *Client) Best(ctx context.Context, id int64) (*api.BestView, error) {
-	var v api.BestView
+func (c *Client) Best(ctx context.Context, id int64) (*wire.BestView, error) {
+	var v wire.BestView
 	err := c.do(ctx, http.MethodGet, "/api/v1/experiments/"+itoa(id)+"/best", nil, &v)
 	return &v, err
 }
 
 // Trial returns one trial with its attempts.
-func (c *Client) Trial(ctx context.Context, id int64) (*api.TrialView, error) {
-	var v api.TrialView
+func (c *Client) Trial(ctx context.Context, id int64) (*wire.TrialView, error) {
+	var v wire.TrialView
 	err := c.do(ctx, http.MethodGet, "/api/v1/trials/"+itoa(id), nil, &v)
 	return &v, err
 }
@@ -213,23 +212,23 @@ func (c *Client) Events(ctx context.Context, id, after int64) ([]virga.Event, er
 }
 
 // Ask creates a trial of an API-driven experiment.
-func (c *Client) Ask(ctx context.Context, id int64) (*control.Asked, error) {
-	var a control.Asked
+func (c *Client) Ask(ctx context.Context, id int64) (*wire.Asked, error) {
+	var a wire.Asked
 	err := c.do(ctx, http.MethodPost, "/api/v1/experiments/"+itoa(id)+"/trials", nil, &a)
 	return &a, err
 }
 
 // Report reports metrics for an attempt and returns the decision.
 func (c *Client) Report(ctx context.Context, attemptID int64, step int64, metrics map[string]float64) (string, error) {
-	var r api.ReportReply
-	err := c.do(ctx, http.MethodPost, "/api/v1/attempts/"+itoa(attemptID)+"/report", control.Report{Step: step, Metrics: metrics}, &r)
+	var r wire.ReportReply
+	err := c.do(ctx, http.MethodPost, "/api/v1/attempts/"+itoa(attemptID)+"/report", wire.Report{Step: step, Metrics: metrics}, &r)
 	return r.Decision, err
 }
 
 // Complete ends an API-driven attempt.
 func (c *Client) Complete(ctx context.Context, attemptID int64, ok bool) (*virga.Trial, error) {
 	var t virga.Trial
-	err := c.do(ctx, http.MethodPost, "/api/v1/attempts/"+itoa(attemptID)+"/complete", api.CompleteRequest{OK: ok}, &t)
+	err := c.do(ctx, http.MethodPost, "/api/v1/attempts/"+itoa(attemptID)+"/complete", wire.CompleteRequest{OK: ok}, &t)
 	return &t, err
 }
 
@@ -394,15 +393,15 @@ func (c *Client) watchOnce(ctx context.Context, id int64, fn func(WatchEvent) er
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // Models lists the registered models.
-func (c *Client) Models(ctx context.Context) ([]api.ModelSummary, error) {
-	var out []api.ModelSummary
+func (c *Client) Models(ctx context.Context) ([]wire.ModelSummary, error) {
+	var out []wire.ModelSummary
 	err := c.do(ctx, http.MethodGet, "/api/v1/models", nil, &out)
 	return out, err
 }
 
 // Model returns a model's versions and aliases.
-func (c *Client) Model(ctx context.Context, name string) (*api.ModelView, error) {
-	var out api.ModelView
+func (c *Client) Model(ctx context.Context, name string) (*wire.ModelView, error) {
+	var out wire.ModelView
 	err := c.do(ctx, http.MethodGet, "/api/v1/models/"+url.PathEscape(name), nil, &out)
 	return &out, err
 }
@@ -420,15 +419,15 @@ func versionPath(ref virga.ModelRef) string {
 }
 
 // ModelVersion returns the version ref names.
-func (c *Client) ModelVersion(ctx context.Context, ref virga.ModelRef) (*api.ModelVersionView, error) {
-	var out api.ModelVersionView
+func (c *Client) ModelVersion(ctx context.Context, ref virga.ModelRef) (*wire.ModelVersionView, error) {
+	var out wire.ModelVersionView
 	err := c.do(ctx, http.MethodGet, versionPath(ref), nil, &out)
 	return &out, err
 }
 
 // RegisterModel registers the next version of name from a trial or an
 // experiment's best trial.
-func (c *Client) RegisterModel(ctx context.Context, name string, req api.RegisterModelRequest) (*virga.ModelVersion, error) {
+func (c *Client) RegisterModel(ctx context.Context, name string, req wire.RegisterModelRequest) (*virga.ModelVersion, error) {
 	var out virga.ModelVersion
 	err := c.do(ctx, http.MethodPost, "/api/v1/models/"+url.PathEscape(name)+"/versions", req, &out)
 	return &out, err
@@ -458,7 +457,7 @@ func (c *Client) RegisterModelArchive(ctx context.Context, name string, archive 
 // SetModelAlias points alias of name at version.
 func (c *Client) SetModelAlias(ctx context.Context, name, alias string, version int64) (*virga.ModelAlias, error) {
 	var out virga.ModelAlias
-	err := c.do(ctx, http.MethodPut, "/api/v1/models/"+url.PathEscape(name)+"/aliases/"+url.PathEscape(alias), api.AliasRequest{Version: version}, &out)
+	err := c.do(ctx, http.MethodPut, "/api/v1/models/"+url.PathEscape(name)+"/aliases/"+url.PathEscape(alias), wire.AliasRequest{Version: version}, &out)
 	return &out, err
 }
 

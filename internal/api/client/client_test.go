@@ -17,7 +17,7 @@ import (
 
 	"github.com/virga-ml/virga"
 
-	"github.com/virga-ml/virga/internal/control"
+	"github.com/virga-ml/virga/internal/api/wire"
 )
 
 // TestPostsAreJSON: a server without a token refuses changes that are not
@@ -36,7 +36,7 @@ func TestPostsAreJSON(t *testing.T) {
 	c := New(srv.URL, "")
 	ctx := context.Background()
 	_, _ = c.Submit(ctx, "x.yaml", []byte("name: x"))
-	_, _ = c.Control(ctx, 1, control.OpStop)
+	_, _ = c.Control(ctx, 1, wire.OpStop)
 	_, _ = c.Ask(ctx, 1)
 	_, _ = c.Report(ctx, 1, 1, map[string]float64{"loss": 1})
 	_, _ = c.Complete(ctx, 1, true)

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/virga-ml/virga"
-	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
+	"github.com/virga-ml/virga/internal/api/wire"
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/serve"
 	"github.com/virga-ml/virga/internal/serve/engine"
@@ -29,8 +29,8 @@ import (
 // Registry is the part of the registry's API a Source reads
 // (*client.Client is one).
 type Registry interface {
-	ModelVersion(ctx context.Context, ref virga.ModelRef) (*api.ModelVersionView, error)
-	Model(ctx context.Context, name string) (*api.ModelView, error)
+	ModelVersion(ctx context.Context, ref virga.ModelRef) (*wire.ModelVersionView, error)
+	Model(ctx context.Context, name string) (*wire.ModelView, error)
 	DownloadModel(ctx context.Context, ref virga.ModelRef, w io.Writer) error
 }
 
