@@ -27,13 +27,16 @@ import (
 //     instance busy (Tradeoff): giving up a request that would take small
 //     batches to save pays when others are waiting.
 //     The plan also holds the arrivals expected while it runs (Expect, at
-//     the recent rate, each due the objective after it arrives): a small
-//     batch run to save a few urgent requests delays every request that
-//     arrives meanwhile, and the plan counts those it would lose. With a
-//     full batch or more queued, it runs a full batch of the earliest
-//     deadlines that meets them all when the plan's first batch is
-//     smaller (giving up the more urgent ones before it): a backlog served
-//     in smaller batches keeps growing.
+//     the recent rate but never above the model's capacity, each due the
+//     objective after it arrives): a small batch run to save a few urgent
+//     requests delays every request that arrives meanwhile, and the plan
+//     counts those it would lose. With a full batch or more queued, it
+//     runs a full batch of the earliest deadlines that meets them all when
+//     the plan's first batch is smaller (giving up the more urgent ones
+//     before it): a backlog served in smaller batches keeps growing. When
+//     the plan gives up, only for expected arrivals, requests that could
+//     run in its first batch, it runs the earliest ones instead of later
+//     ones (earliestFirst): those given up stay queued.
 //  3. When the plan is a single batch, lower priority levels' requests
 //     ride along if they fit without making it late.
 //
