@@ -114,6 +114,7 @@ func main() {
 	objectiveFlag := flag.String("objective", "4", "the latency objective: a multiple of a full batch's latency (2), or a duration (20ms)")
 	repository := flag.String("repository", "", "measure the models of this repository (DIR/MODEL/VERSION/virga-model.json, ONNX Runtime) instead of the assumed profiles")
 	profileRuns := flag.Int("profile-runs", 15, "with -repository: profiles measured per model (engine.Measure); each point is their median")
+	profileFlag := flag.String("profile", "", "simulate one model with this profile instead, as rows:latency points (1:6.9us,2:6.9us,...,64:16.1us; the largest is the max batch), named by -models")
 	seed := flag.Uint64("seed", 1, "the Poisson arrivals' seed")
 	only := flag.String("models", "", "comma-separated models to run (default all)")
 	out := flag.String("out", "", "write every run as JSON lines to this file")
@@ -143,7 +144,17 @@ func main() {
 		log.Fatal(err)
 	}
 	var models []model
-	if *repository != "" {
+	if *profileFlag != "" {
+		p, err := parseProfile(*profileFlag)
+		if err != nil {
+			log.Fatal(err)
+		}
+		name := *only
+		if name == "" || strings.Contains(name, ",") {
+			log.Fatalf("-profile: name the model it is with -models (one name), got %q", name)
+		}
+		models = []model{{name: name, profile: p}}
+	} else if *repository != "" {
 		if models, err = measured(context.Background(), *repository, *only, *profileRuns); err != nil {
 			log.Fatal(err)
 		}

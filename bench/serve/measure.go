@@ -32,6 +32,34 @@ func parseObjective(s string) (func(batch.Profile) time.Duration, error) {
 	return func(batch.Profile) time.Duration { return d }, nil
 }
 
+// parseProfile reads -profile: comma-separated rows:latency points by
+// increasing rows ("1:6.9us,2:6.9us,64:16.1us"), the last one's rows the
+// largest batch; between points the latency is interpolated as the
+// engine's measured profiles are.
+func parseProfile(s string) (*engine.Profile, error) {
+	p := &engine.Profile{}
+	for i, f := range strings.Split(s, ",") {
+		rowsText, tookText, ok := strings.Cut(strings.TrimSpace(f), ":")
+		if !ok {
+			return nil, fmt.Errorf("-profile point %d %q: want rows:latency, like 64:16.1us", i+1, f)
+		}
+		rows, err := strconv.Atoi(rowsText)
+		if err != nil || rows < 1 {
+			return nil, fmt.Errorf("-profile point %d %q: rows %q: want a whole number of rows of 1 or more", i+1, f, rowsText)
+		}
+		took, err := time.ParseDuration(tookText)
+		if err != nil || took <= 0 {
+			return nil, fmt.Errorf("-profile point %d %q: latency %q: want a duration above 0, like 16.1us", i+1, f, tookText)
+		}
+		if n := len(p.Points); n > 0 && rows <= p.Points[n-1].Rows {
+			return nil, fmt.Errorf("-profile point %d %q: rows %d after %d: want points by increasing rows", i+1, f, rows, p.Points[n-1].Rows)
+		}
+		p.Points = append(p.Points, engine.Point{Rows: rows, Took: took})
+		p.Max = rows
+	}
+	return p, nil
+}
+
 // measured loads every model of the repository at root (the version its
 // name serves; only those named in only, comma-separated, when it is not
 // empty) with the engine's runtimes and profiles it runs times with

@@ -1,0 +1,117 @@
+package batch
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// points is a measured latency profile: batch sizes and their latency,
+// interpolated linearly between them as the engine's profiles are.
+type points struct {
+	rows []int
+	took []time.Duration
+}
+
+var _ Profile = points{}
+
+func (p points) Latency(rows int) time.Duration {
+	if rows <= p.rows[0] {
+		return p.took[0]
+	}
+	for i := 1; i < len(p.rows); i++ {
+		if rows <= p.rows[i] {
+			a, b := p.rows[i-1], p.rows[i]
+			return p.took[i-1] + (p.took[i]-p.took[i-1])*time.Duration(rows-a)/time.Duration(b-a)
+		}
+	}
+	return p.took[len(p.took)-1]
+}
+
+func (p points) MaxRows() int { return p.rows[len(p.rows)-1] }
+
+// digitsProfile is the ONNX digits network's profile as bench/serve
+// measured it on this machine's CPU (ONNX Runtime, one thread): a batch of
+// 1 costs 43% of a full batch of 64.
+var digitsProfile = points{
+	rows: []int{1, 2, 4, 8, 16, 32, 64},
+	took: []time.Duration{6900, 6900, 7100, 7900, 8800, 11500, 16100},
+}
+
+// poissonArrivals returns n arrivals at rate per second from t0.
+func poissonArrivals(rng *rand.Rand, rate float64, n int) []time.Time {
+	out := make([]time.Time, n)
+	at := t0
+	for i := range out {
+		at = at.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		out[i] = at
+	}
+	return out
+}
+
+// burstyArrivals returns n arrivals averaging rate per second from t0, in
+// alternating spells (each about 100 mean gaps long) of 1.6 and 0.4 times
+// the rate: bursts above the model's capacity from 65% load on.
+func burstyArrivals(rng *rand.Rand, rate float64, n int) []time.Time {
+	out := make([]time.Time, n)
+	at := t0
+	high := true
+	left := 0
+	for i := range out {
+		if left == 0 {
+			high, left = !high, 50+rng.IntN(100)
+		}
+		left--
+		r := 0.4 * rate
+		if high {
+			r = 1.6 * rate
+		}
+		at = at.Add(time.Duration(rng.ExpFloat64() / r * float64(time.Second)))
+		out[i] = at
+	}
+	return out
+}
+
+// TestDeadlineGoodputOnDigits: on the digits network's profile, with an
+// objective of two full batches, deadline answers at least as many
+// requests in time as Triton's batcher without a queue delay (fixed-0) and
+// at least 90% of the offline bound, at 50% to 95% of capacity on seeded
+// Poisson and bursty arrivals. At 80% Poisson the plan used to give up
+// the two oldest of 66 queued requests, which fitted the full batch it
+// ran, for arrivals it expected in a burst that did not come.
+func TestDeadlineGoodputOnDigits(t *testing.T) {
+	p := digitsProfile
+	objective := 2 * p.Latency(64)
+	capacity := 64 / p.Latency(64).Seconds()
+	for _, arrivals := range []struct {
+		name string
+		make func(rng *rand.Rand, rate float64, n int) []time.Time
+	}{{"poisson", poissonArrivals}, {"bursty", burstyArrivals}} {
+		for _, load := range []float64{0.5, 0.6, 0.7, 0.8, 0.9, 0.95} {
+			rng := rand.New(rand.NewPCG(1, uint64(load*1000)))
+			var reqs []Item
+			for _, at := range arrivals.make(rng, load*capacity, 3000) {
+				reqs = append(reqs, Item{Arrived: at, Deadline: at.Add(objective), Rows: 1})
+			}
+			onTime := func(pol Policy) int {
+				res, err := Simulate(reqs, p, pol, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.OnTime
+			}
+			bound, _, err := Bound(reqs, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dl, fixed := onTime(&Deadline{}), onTime(&Fixed{})
+			t.Logf("%s %.0f%%: deadline %d, fixed-0 %d, bound %d of %d", arrivals.name, 100*load, dl, fixed, bound, len(reqs))
+			if dl < fixed {
+				t.Errorf("%s at %.0f%% load: deadline answered %d in time, fewer than fixed-0's %d", arrivals.name, 100*load, dl, fixed)
+			}
+			if 10*dl < 9*bound {
+				t.Errorf("%s at %.0f%% load: deadline answered %d in time, under 90%% of the bound %d", arrivals.name, 100*load, dl, bound)
+			}
+		}
+	}
+}
