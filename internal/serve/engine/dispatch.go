@@ -107,7 +107,6 @@ func (d *dispatcher) stop() {
 
 func (d *dispatcher) loop() {
 	defer close(d.stopped)
-	name := d.ent.key.name
 	for {
 		select {
 		case c := <-d.arrive:
@@ -133,8 +132,6 @@ func (d *dispatcher) loop() {
 			d.running--
 			d.profile.observe(d.e.clock.Now(), b.rows, b.took)
 			d.policy.Observe(b.rows, b.took, b.late)
-			d.e.metrics.compute.WithLabelValues(name).Observe(b.took.Seconds())
-			d.e.metrics.batchRows.WithLabelValues(name).Observe(float64(b.rows))
 		case <-d.wake:
 		case <-d.quit:
 			if d.stopTimer != nil {
@@ -249,6 +246,10 @@ func (d *dispatcher) run(calls []*call, rows int) {
 			d.e.metrics.misses.WithLabelValues(name).Inc()
 		}
 	}
+	// The batch's metrics are recorded before its requests are answered,
+	// so a caller that scrapes after its answer sees its batch.
+	d.e.metrics.compute.WithLabelValues(name).Observe(end.Sub(start).Seconds())
+	d.e.metrics.batchRows.WithLabelValues(name).Observe(float64(rows))
 	// The loop learns the batch ended before its requests release the
 	// model (done has room for every instance's batch), so a model with no
 	// reference left has no batch the loop still waits for.
