@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,13 +59,23 @@ func overhead(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("overhead", flag.ContinueOnError)
 	modelDir := fs.String("model", "", "an ONNX digits model directory (default: train and export one with examples/digits-torch/train.py)")
 	n := fs.Int("n", 2000, "requests per latency measurement")
-	seconds := fs.Duration("duration", 8*time.Second, "each throughput measurement's length")
-	clients := fs.Int("clients", 32, "concurrent clients at saturation")
-	rows := fs.Int("rows", 64, "rows per request at saturation")
+	seconds := fs.Duration("duration", 4*time.Second, "each throughput measurement's length")
+	clientList := fs.String("clients", "8,32", "the concurrent clients swept at saturation (comma-separated)")
+	rowList := fs.String("rows", "1,64,1024", "the rows per request swept at saturation (comma-separated)")
+	only := fs.String("paths", "", "measure only these paths at saturation (comma-separated: engine, REST-json, REST-bin, gRPC, gRPC-raw; default all)")
+	repeats := fs.Int("repeat", 2, "reruns of each path's best configuration (its figure is the median of all runs)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the saturation runs through the engine to this file")
 	out := fs.String("out", "", "write the measurements as JSON lines to this file")
 	batching := fs.String("batching", "deadline", "the engine's batching policy: deadline (virga serve's default) or greedy (the engine's own default: run what is queued)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	sweepClients, err := intList("-clients", *clientList)
+	if err != nil {
+		return err
+	}
+	sweepRows, err := intList("-rows", *rowList)
+	if err != nil {
 		return err
 	}
 	var policy func(string, string) batch.Policy
@@ -147,7 +160,7 @@ func overhead(args []string, stdout io.Writer) error {
 			continue
 		}
 		in := []serve.Tensor{pixelRows(rng, b)}
-		t, err := saturate("direct", b, 1, *seconds/2, func() error { _, err := model.Run(context.Background(), in); return err })
+		t, err := saturate("direct", b, 1, *seconds, func() error { _, err := model.Run(context.Background(), in); return err })
 		if err != nil {
 			return err
 		}
@@ -155,6 +168,21 @@ func overhead(args []string, stdout io.Writer) error {
 		if t.RowsPS > best.RowsPS {
 			best = t
 		}
+	}
+	// The denominator: the best batch size's median over 1 + repeat runs.
+	directRuns := []float64{best.RowsPS}
+	{
+		in := []serve.Tensor{pixelRows(rng, best.Rows)}
+		for range *repeats {
+			t, err := saturate("direct", best.Rows, 1, *seconds, func() error { _, err := model.Run(context.Background(), in); return err })
+			if err != nil {
+				return err
+			}
+			directRuns = append(directRuns, t.RowsPS)
+		}
+		runs := slices.Clone(directRuns)
+		slices.Sort(runs)
+		best.RowsPS = runs[len(runs)/2]
 	}
 
 	// 3. The engine behind a real REST handler and gRPC server on loopback.
@@ -187,7 +215,8 @@ func overhead(args []string, stdout io.Writer) error {
 	go gs.Serve(grpcLn)
 	defer gs.Stop()
 
-	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *clients * 2, MaxConnsPerHost: *clients * 2}}
+	maxClients := slices.Max(sweepClients)
+	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: maxClients * 2, MaxConnsPerHost: maxClients * 2}}
 	url := "http://" + restLn.Addr().String() + "/v2/models/digits/infer"
 	conn, err := grpc.NewClient(grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -210,6 +239,53 @@ func overhead(args []string, stdout io.Writer) error {
 			}
 			if resp.StatusCode != http.StatusOK {
 				return fmt.Errorf("REST: %s: %s", resp.Status, data)
+			}
+			return nil
+		}
+	}
+	// The binary tensor data extension (what Triton's perf_analyzer sends
+	// by default): a JSON header, the input's raw bytes after it, the
+	// outputs answered as raw bytes too.
+	restBinCall := func(b int) func() error {
+		raw := rawFloats(pixelRows(rng, b).Data.([]float32))
+		header := fmt.Sprintf(`{"inputs":[{"name":"pixels","shape":[%d,64],"datatype":"FP32","parameters":{"binary_data_size":%d}}],"parameters":{"binary_data_output":true}}`, b, len(raw))
+		body := append([]byte(header), raw...)
+		return func() error {
+			req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Content-Type", "application/octet-stream")
+			req.Header.Set("Inference-Header-Content-Length", fmt.Sprint(len(header)))
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("REST binary: %s: %s", resp.Status, data)
+			}
+			if resp.Header.Get("Inference-Header-Content-Length") == "" {
+				return fmt.Errorf("REST binary: the answer has no binary data")
+			}
+			return nil
+		}
+	}
+	grpcRawCall := func(b int) func() error {
+		req := &pb.ModelInferRequest{ModelName: "digits", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+			Name: "pixels", Datatype: "FP32", Shape: []int64{int64(b), 64},
+		}}, RawInputContents: [][]byte{rawFloats(pixelRows(rng, b).Data.([]float32))}}
+		return func() error {
+			resp, err := grpcClient.ModelInfer(context.Background(), req)
+			if err != nil {
+				return err
+			}
+			if len(resp.Outputs) != 2 {
+				return fmt.Errorf("gRPC raw: %d outputs, want 2", len(resp.Outputs))
 			}
 			return nil
 		}
@@ -241,7 +317,19 @@ func overhead(args []string, stdout io.Writer) error {
 	paths := []struct {
 		name string
 		call func(b int) func() error
-	}{{"engine", engineCall}, {"REST", restCall}, {"gRPC", grpcCall}}
+	}{{"engine", engineCall}, {"REST-json", restCall}, {"REST-bin", restBinCall}, {"gRPC", grpcCall}, {"gRPC-raw", grpcRawCall}}
+	if *only != "" {
+		want := strings.Split(*only, ",")
+		paths = slices.DeleteFunc(paths, func(p struct {
+			name string
+			call func(b int) func() error
+		}) bool {
+			return !slices.Contains(want, p.name)
+		})
+		if len(paths) == 0 {
+			return fmt.Errorf("-paths %q: want some of engine, REST-json, REST-bin, gRPC, gRPC-raw", *only)
+		}
+	}
 
 	for _, p := range paths {
 		for _, b := range []int{1, 64} {
@@ -262,28 +350,71 @@ func overhead(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	for _, p := range paths {
-		t, err := saturate(p.name, *rows, *clients, *seconds, p.call(*rows))
-		if err != nil {
-			return err
+	// Every path at every rows per request and number of clients; then
+	// each path's best configuration again, repeat times: its figure is
+	// the median of its runs, and their spread is the noise.
+	var sweep []ohThroughput
+	type pathBest struct {
+		t    ohThroughput
+		runs []float64
+	}
+	bests := make([]pathBest, len(paths))
+	for k, p := range paths {
+		for _, b := range sweepRows {
+			if man.MaxBatch > 0 && b > man.MaxBatch {
+				continue
+			}
+			for _, c := range sweepClients {
+				t, err := saturate(p.name, b, c, *seconds, p.call(b))
+				if err != nil {
+					return err
+				}
+				sweep = append(sweep, t)
+				if t.RowsPS > bests[k].t.RowsPS {
+					bests[k].t = t
+				}
+			}
 		}
-		thr = append(thr, t)
+	}
+	for k, p := range paths {
+		b := &bests[k]
+		b.runs = []float64{b.t.RowsPS}
+		for range *repeats {
+			t, err := saturate(p.name, b.t.Rows, b.t.Clients, *seconds, p.call(b.t.Rows))
+			if err != nil {
+				return err
+			}
+			b.runs = append(b.runs, t.RowsPS)
+		}
 	}
 	if *cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
+	thr = append(thr, sweep...)
 
 	// 4. The tables.
 	fmt.Fprintf(stdout, "latency, one request at a time (closed loop), %d requests each; overhead = path - ONNX Runtime's own Run\n", *n)
-	fmt.Fprintf(stdout, "%-7s %5s %10s %10s %14s %14s\n", "path", "rows", "p50", "p99", "p50 overhead", "p99 overhead")
+	fmt.Fprintf(stdout, "%-9s %5s %10s %10s %14s %14s\n", "path", "rows", "p50", "p99", "p50 overhead", "p99 overhead")
 	for _, l := range lats {
 		d := direct[l.Rows]
-		fmt.Fprintf(stdout, "%-7s %5d %8.1fus %8.1fus %12.1fus %12.1fus\n", l.Path, l.Rows, l.P50us, l.P99us, l.P50us-d.P50us, l.P99us-d.P99us)
+		fmt.Fprintf(stdout, "%-9s %5d %8.1fus %8.1fus %12.1fus %12.1fus\n", l.Path, l.Rows, l.P50us, l.P99us, l.P50us-d.P50us, l.P99us-d.P99us)
 	}
 	fmt.Fprintf(stdout, "\nthroughput (closed loop, each client sends its next request when answered)\n")
-	fmt.Fprintf(stdout, "%-7s %9s %8s %12s %14s\n", "path", "rows/req", "clients", "rows/s", "of best direct")
+	fmt.Fprintf(stdout, "%-9s %9s %8s %12s %14s\n", "path", "rows/req", "clients", "rows/s", "of best direct")
 	for _, t := range thr {
-		fmt.Fprintf(stdout, "%-7s %9d %8d %12.0f %13.1f%%\n", t.Path, t.Rows, t.Clients, t.RowsPS, 100*t.RowsPS/best.RowsPS)
+		fmt.Fprintf(stdout, "%-9s %9d %8d %12.0f %13.1f%%\n", t.Path, t.Rows, t.Clients, t.RowsPS, 100*t.RowsPS/best.RowsPS)
+	}
+	fmt.Fprintf(stdout, "\nbest direct (the denominator): %d rows a call, median %.0f rows/s of runs %.0f\n", best.Rows, best.RowsPS, directRuns)
+	fmt.Fprintf(stdout, "\nbest per path: its configuration rerun %d more times; rows/s is the median of the runs, range their spread\n", *repeats)
+	fmt.Fprintf(stdout, "%-9s %9s %8s %12s %14s %24s\n", "path", "rows/req", "clients", "rows/s", "of best direct", "range of best direct")
+	summary := []ohBest{{Path: "direct", Rows: best.Rows, Clients: 1, RowsPS: best.RowsPS, Runs: directRuns, OfDirect: 1}}
+	for k, p := range paths {
+		b := bests[k]
+		runs := slices.Clone(b.runs)
+		slices.Sort(runs)
+		med := runs[len(runs)/2]
+		fmt.Fprintf(stdout, "%-9s %9d %8d %12.0f %13.1f%% %10.1f%% to %5.1f%%\n", p.name, b.t.Rows, b.t.Clients, med, 100*med/best.RowsPS, 100*runs[0]/best.RowsPS, 100*runs[len(runs)-1]/best.RowsPS)
+		summary = append(summary, ohBest{Path: p.name, Rows: b.t.Rows, Clients: b.t.Clients, RowsPS: med, Runs: b.runs, OfDirect: med / best.RowsPS})
 	}
 	if *out != "" {
 		w, err := os.Create(*out)
@@ -298,8 +429,43 @@ func overhead(args []string, stdout io.Writer) error {
 		for _, t := range thr {
 			enc.Encode(t)
 		}
+		for _, b := range summary {
+			enc.Encode(b)
+		}
 	}
 	return nil
+}
+
+// ohBest is a path's best configuration: the median of its runs.
+type ohBest struct {
+	Path     string    `json:"best_path"`
+	Rows     int       `json:"rows_per_request"`
+	Clients  int       `json:"clients"`
+	RowsPS   float64   `json:"rows_per_s"`
+	Runs     []float64 `json:"runs_rows_per_s"`
+	OfDirect float64   `json:"of_best_direct"`
+}
+
+// intList parses a comma-separated list of positive integers.
+func intList(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s %q: want positive integers separated by commas", flag, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// rawFloats is x as the protocol's raw contents: little-endian FP32.
+func rawFloats(x []float32) []byte {
+	out := make([]byte, 0, 4*len(x))
+	for _, v := range x {
+		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+	}
+	return out
 }
 
 // pixelRows is rows of digits-like pixels (integers 0 to 16).

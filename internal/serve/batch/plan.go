@@ -1,7 +1,5 @@
 package batch
 
-import "slices"
-
 // job is one request as the planning recursion sees it, in nanoseconds from
 // an origin.
 type job struct {
@@ -39,6 +37,7 @@ func plan(jobs []job, start int64, latency func(rows int) int64, maxRows, width 
 	frontiers := make([][]planEntry, n+1)
 	frontiers[0] = []planEntry{{finish: start, lo: -1, hi: -1}}
 	var cands []planEntry
+	var best []int32
 	for b := 1; b <= n; b++ {
 		cands = cands[:0]
 		// Job b-1 (0-indexed) ends a batch of s jobs.
@@ -73,7 +72,10 @@ func plan(jobs []job, start int64, latency func(rows int) int64, maxRows, width 
 		if b < n {
 			next = jobs[b].release
 		}
-		frontiers[b] = pareto(cands, next)
+		if cap(best) < b+1 {
+			best = make([]int32, 0, 2*(b+1))
+		}
+		frontiers[b] = paretoInto(best, cands, next)
 		if width > 0 && len(frontiers[b]) > width {
 			frontiers[b] = frontiers[b][:width]
 		}
@@ -85,25 +87,45 @@ func plan(jobs []job, start int64, latency func(rows int) int64, maxRows, width 
 }
 
 // pareto keeps, fewest drops first (then earliest finish, then largest
-// first batch), the entries that finish strictly
+// first batch, then the first candidate), the entries that finish strictly
 // earlier than every entry with fewer drops, and stops after the first one
 // that finishes by next (the next job's release: finishing any earlier
-// gains nothing).
+// gains nothing). Only the best candidate of each number of drops can be
+// kept, so one pass picks those and a second filters them: no sort (the
+// sort was most of the deadline policy's time at a backlog).
 func pareto(cands []planEntry, next int64) []planEntry {
-	slices.SortStableFunc(cands, func(x, y planEntry) int {
-		if x.drops != y.drops {
-			return x.drops - y.drops
-		}
-		switch {
-		case x.finish < y.finish:
-			return -1
-		case x.finish > y.finish:
-			return 1
-		}
-		return (y.hi - y.lo) - (x.hi - x.lo) // then the larger first batch
-	})
-	var out []planEntry
+	return paretoInto(nil, cands, next)
+}
+
+// paretoInto is pareto with best as scratch space (grown as needed).
+func paretoInto(best []int32, cands []planEntry, next int64) []planEntry {
+	maxDrops := 0
 	for _, c := range cands {
+		maxDrops = max(maxDrops, c.drops)
+	}
+	// Per number of drops, 1 + its best candidate's index; 0: none.
+	if cap(best) < maxDrops+1 {
+		best = make([]int32, maxDrops+1)
+	}
+	best = best[:maxDrops+1]
+	clear(best)
+	for i, c := range cands {
+		j := best[c.drops]
+		if j == 0 {
+			best[c.drops] = int32(i + 1)
+			continue
+		}
+		b := cands[j-1]
+		if c.finish < b.finish || c.finish == b.finish && c.hi-c.lo > b.hi-b.lo {
+			best[c.drops] = int32(i + 1)
+		}
+	}
+	var out []planEntry
+	for _, j := range best {
+		if j == 0 {
+			continue
+		}
+		c := cands[j-1]
 		if len(out) > 0 && c.finish >= out[len(out)-1].finish {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/virga-ml/virga/internal/serve"
@@ -51,12 +52,23 @@ type dispatcher struct {
 	quit    chan struct{}
 	stopped chan struct{}
 
+	// bufs holds the input buffers of batches that ended (a *[]any, one
+	// slice per input): the next batch joins its requests' inputs into
+	// them instead of allocating.
+	bufs sync.Pool
+
 	// Owned by the loop.
 	queue     []*call // by priority, then arrival
 	running   int
 	seq       uint64
 	stopTimer func() bool
+	items     []batch.Item // scratch: the queue as the policy sees it
+	gone      []bool       // scratch: the queue's calls refused or run
 }
+
+// maxCoalesce is the most arrivals already waiting that join the queue
+// before the policy decides once for them all.
+const maxCoalesce = 64
 
 func newDispatcher(e *Engine, ent *entry, p batch.Policy) *dispatcher {
 	d := &dispatcher{
@@ -110,19 +122,19 @@ func (d *dispatcher) loop() {
 	for {
 		select {
 		case c := <-d.arrive:
-			d.seq++
-			c.seq = d.seq
-			if len(d.queue) >= d.e.opts.MaxQueue {
-				d.refuse(c, "QueueFull", fmt.Sprintf("model %s: %d requests already queued", d.ent.key, len(d.queue)))
-				break
-			}
-			i, _ := slices.BinarySearchFunc(d.queue, c, func(a, b *call) int {
-				if a.item.Priority != b.item.Priority {
-					return a.item.Priority - b.item.Priority
+			d.enqueue(c)
+			// Arrivals already waiting join too, and the policy decides
+			// once for them all: under load a decision per arrival costs
+			// the dispatcher more than the batch it runs.
+		drain:
+			for range maxCoalesce {
+				select {
+				case c := <-d.arrive:
+					d.enqueue(c)
+				default:
+					break drain
 				}
-				return int(a.seq - b.seq)
-			})
-			d.queue = slices.Insert(d.queue, i, c)
+			}
 		case c := <-d.cancel:
 			if i := slices.Index(d.queue, c); i >= 0 {
 				d.queue = slices.Delete(d.queue, i, i+1)
@@ -151,6 +163,24 @@ func (d *dispatcher) loop() {
 	}
 }
 
+// enqueue puts an arrival in the queue, by priority then arrival, or
+// refuses it when the queue is full.
+func (d *dispatcher) enqueue(c *call) {
+	d.seq++
+	c.seq = d.seq
+	if len(d.queue) >= d.e.opts.MaxQueue {
+		d.refuse(c, "QueueFull", fmt.Sprintf("model %s: %d requests already queued", d.ent.key, len(d.queue)))
+		return
+	}
+	i, _ := slices.BinarySearchFunc(d.queue, c, func(a, b *call) int {
+		if a.item.Priority != b.item.Priority {
+			return a.item.Priority - b.item.Priority
+		}
+		return int(a.seq - b.seq)
+	})
+	d.queue = slices.Insert(d.queue, i, c)
+}
+
 // decide asks the policy what to do with the queue until it runs nothing
 // more now, and sets the wake-up it asks for.
 func (d *dispatcher) decide() {
@@ -165,14 +195,17 @@ func (d *dispatcher) decide() {
 		})
 		now := d.e.clock.Now()
 		d.profile.expire(now)
-		items := make([]batch.Item, len(d.queue))
-		for i, c := range d.queue {
-			items[i] = c.item
+		items := d.items[:0]
+		for _, c := range d.queue {
+			items = append(items, c.item)
 		}
+		d.items = items
 		idle := d.e.opts.Instances - d.running
 		dec := d.policy.Decide(now, items, idle, d.profile)
 
-		gone := make([]bool, len(d.queue))
+		gone := slices.Grow(d.gone[:0], len(d.queue))[:len(d.queue)]
+		clear(gone)
+		d.gone = gone
 		for _, i := range dec.Refuse {
 			if i < 0 || i >= len(d.queue) || gone[i] {
 				continue
@@ -274,14 +307,24 @@ func (d *dispatcher) compute(calls []*call, rows int) ([][]serve.Tensor, error) 
 	sig := d.ent.model.Signature()
 	inputs := make([]serve.Tensor, len(sig.Inputs))
 	parts := make([]serve.Tensor, len(calls))
+	// The batch's inputs go into the buffers of a batch that ended (Run
+	// keeps no reference to them, and its outputs share none of their
+	// memory), which go back once Run returns.
+	bufs, _ := d.bufs.Get().(*[]any)
+	if bufs == nil || len(*bufs) != len(sig.Inputs) {
+		b := make([]any, len(sig.Inputs))
+		bufs = &b
+	}
+	defer d.bufs.Put(bufs)
 	for i := range sig.Inputs {
 		for j, c := range calls {
 			parts[j] = c.inputs[i]
 		}
-		t, err := runtime.Concat(parts)
+		t, err := runtime.ConcatInto((*bufs)[i], parts)
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", d.ent.key, err)
 		}
+		(*bufs)[i] = t.Data
 		inputs[i] = t
 	}
 	outs, err := d.ent.model.Run(d.e.ctx, inputs)

@@ -233,3 +233,57 @@ func TestDispatcherDropsCanceledRequests(t *testing.T) {
 		return e.models[key{"m", "1"}].refs == 0
 	})
 }
+
+// Batch after batch joins its requests into the input buffers of the
+// batches before it: each request still gets its own rows' outputs, and no
+// caller's input is written to.
+func TestDispatcherReusesBatchBuffersWithoutMixingAnswers(t *testing.T) {
+	p := &windowPolicy{n: 3, delay: time.Hour}
+	e, _ := dispatchEngine(t, p, newFakeClock(), nil)
+	ent := e.models[key{"m", "1"}]
+	type answer struct {
+		i    int
+		resp *serve.Response
+		err  error
+	}
+	for round := range 4 {
+		answers := make(chan answer, 3)
+		inputs := make([]serve.Tensor, 3)
+		for i := range inputs {
+			inputs[i] = pixelsOf(1+(i+round)%2, float32(10*round+i))
+		}
+		p.mu.Lock()
+		p.seen = nil
+		p.mu.Unlock()
+		for i, in := range inputs {
+			go func() {
+				resp, err := e.Infer(context.Background(), &serve.Request{Model: "m", Inputs: []serve.Tensor{in}})
+				answers <- answer{i, resp, err}
+			}()
+			waitFor(t, func() bool { return p.shown(i+1) > 0 }) // queued
+		}
+		for range inputs {
+			a := <-answers
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			in := inputs[a.i]
+			rows := int(in.Shape[0])
+			if !slices.Equal(in.Data.([]float32), pixelsOf(rows, float32(10*round+a.i)).Data.([]float32)) {
+				t.Errorf("round %d: request %d's input was written to", round, a.i)
+			}
+			want, err := ent.model.Run(context.Background(), []serve.Tensor{in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := a.resp.Outputs[0]; !slices.Equal(got.Data.([]float32), want[0].Data.([]float32)) {
+				t.Errorf("round %d: request %d (%d rows): probabilities %v, want its own rows %v", round, a.i, rows, got.Data, want[0].Data)
+			}
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if want := []int{4, 5, 4, 5}; !slices.Equal(p.observed, want) {
+		t.Errorf("batches of %v rows, want %v", p.observed, want)
+	}
+}

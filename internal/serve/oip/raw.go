@@ -3,6 +3,7 @@ package oip
 import (
 	"encoding/binary"
 	"math"
+	"unsafe"
 
 	"github.com/virga-ml/virga/internal/serve"
 )
@@ -21,6 +22,27 @@ func decodeRaw(f string, dt serve.Datatype, shape []int64, n int, raw []byte) (a
 	}
 	if len(raw) != n*size {
 		return nil, serve.Inputf(f, "%d bytes for shape %s of %s (%d expected: %d values of %d bytes)", len(raw), shapeString(shape), dt, n*size, n, size)
+	}
+	if littleEndian {
+		// The host lays numbers out as the protocol does: one copy.
+		switch dt {
+		case serve.Uint16, serve.FP16:
+			return fromRaw[uint16](raw, n), nil
+		case serve.Int16:
+			return fromRaw[int16](raw, n), nil
+		case serve.Uint32:
+			return fromRaw[uint32](raw, n), nil
+		case serve.Int32:
+			return fromRaw[int32](raw, n), nil
+		case serve.FP32:
+			return fromRaw[float32](raw, n), nil
+		case serve.Uint64:
+			return fromRaw[uint64](raw, n), nil
+		case serve.Int64:
+			return fromRaw[int64](raw, n), nil
+		case serve.FP64:
+			return fromRaw[float64](raw, n), nil
+		}
 	}
 	le := binary.LittleEndian
 	switch dt {
@@ -138,8 +160,54 @@ func rawSize(dt serve.Datatype, data any) int {
 	return elemSize(dt) * dataLen(dt, data)
 }
 
+// littleEndian: the host lays numbers out little-endian, as raw contents
+// are, so they copy as bytes.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// number is an element type whose raw layout, on a little-endian host, is
+// its memory.
+type number interface {
+	uint16 | int16 | uint32 | int32 | float32 | uint64 | int64 | float64
+}
+
+// fromRaw copies raw, n elements' bytes, into a new []T (a little-endian
+// host only).
+func fromRaw[T number](raw []byte, n int) []T {
+	out := make([]T, n)
+	copy(asBytes(out), raw)
+	return out
+}
+
+// asBytes is v's memory as bytes.
+func asBytes[T number](v []T) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*int(unsafe.Sizeof(v[0])))
+}
+
 // appendRaw appends a tensor's raw layout to out.
 func appendRaw(out []byte, dt serve.Datatype, data any) []byte {
+	if littleEndian {
+		switch v := data.(type) {
+		case []uint16:
+			return append(out, asBytes(v)...)
+		case []int16:
+			return append(out, asBytes(v)...)
+		case []uint32:
+			return append(out, asBytes(v)...)
+		case []int32:
+			return append(out, asBytes(v)...)
+		case []float32:
+			return append(out, asBytes(v)...)
+		case []uint64:
+			return append(out, asBytes(v)...)
+		case []int64:
+			return append(out, asBytes(v)...)
+		case []float64:
+			return append(out, asBytes(v)...)
+		}
+	}
 	le := binary.LittleEndian
 	switch dt {
 	case serve.Bool:

@@ -79,3 +79,21 @@ func FuzzDecodeGRPCInfer(f *testing.F) {
 		}
 	})
 }
+
+// Raw contents are little-endian whatever the host: 1.0 and -2 as FP32 and
+// INT64 bytes decode to those values and encode back to the same bytes.
+func TestRawContentsAreLittleEndian(t *testing.T) {
+	fp := []byte{0, 0, 0x80, 0x3f}
+	data, err := decodeRaw("raw", serve.FP32, []int64{1}, 1, fp)
+	if err != nil || data.([]float32)[0] != 1 {
+		t.Fatalf("FP32 %x: %v, %v, want [1]", fp, data, err)
+	}
+	i64 := []byte{0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	data, err = decodeRaw("raw", serve.Int64, []int64{1}, 1, i64)
+	if err != nil || data.([]int64)[0] != -2 {
+		t.Fatalf("INT64 %x: %v, %v, want [-2]", i64, data, err)
+	}
+	if back := encodeRaw(serve.FP32, []float32{1}); !bytes.Equal(back, fp) {
+		t.Errorf("FP32 1 encodes to %x, want %x", back, fp)
+	}
+}

@@ -43,7 +43,9 @@ type Model interface {
 	MaxBatch() int
 	// Run computes the outputs, in the signature's order, of inputs given in
 	// the signature's order whose shapes and datatypes the caller has
-	// checked. Run may be called from several goroutines at once.
+	// checked. Run may be called from several goroutines at once. Run keeps
+	// no reference to its inputs' data once it returns, and its outputs
+	// share no memory with them: the engine reuses a batch's input buffers.
 	Run(ctx context.Context, inputs []serve.Tensor) ([]serve.Tensor, error)
 	// Memory is the bytes the model holds while loaded (an estimate).
 	Memory() int64
@@ -177,6 +179,14 @@ func Zeros(name string, d serve.Datatype, shape []int64) (serve.Tensor, error) {
 // Concat joins tensors of one datatype and one shape past the first
 // dimension along the first dimension.
 func Concat(ts []serve.Tensor) (serve.Tensor, error) {
+	return ConcatInto(nil, ts)
+}
+
+// ConcatInto is Concat writing into buf's memory when buf (a slice, such as
+// a tensor's Data) is of the tensors' Go type and large enough: a caller
+// that joins batches over and over reuses one buffer. A single tensor is
+// returned as it is, without a copy. BYTES tensors always get a new slice.
+func ConcatInto(buf any, ts []serve.Tensor) (serve.Tensor, error) {
 	if len(ts) == 0 {
 		return serve.Tensor{}, fmt.Errorf("concatenating no tensors")
 	}
@@ -201,41 +211,45 @@ func Concat(ts []serve.Tensor) (serve.Tensor, error) {
 	}
 	switch first.Data.(type) {
 	case []bool:
-		out.Data = concat[bool](ts)
+		out.Data = concat[bool](buf, ts)
 	case []uint8:
-		out.Data = concat[uint8](ts)
+		out.Data = concat[uint8](buf, ts)
 	case []uint16:
-		out.Data = concat[uint16](ts)
+		out.Data = concat[uint16](buf, ts)
 	case []uint32:
-		out.Data = concat[uint32](ts)
+		out.Data = concat[uint32](buf, ts)
 	case []uint64:
-		out.Data = concat[uint64](ts)
+		out.Data = concat[uint64](buf, ts)
 	case []int8:
-		out.Data = concat[int8](ts)
+		out.Data = concat[int8](buf, ts)
 	case []int16:
-		out.Data = concat[int16](ts)
+		out.Data = concat[int16](buf, ts)
 	case []int32:
-		out.Data = concat[int32](ts)
+		out.Data = concat[int32](buf, ts)
 	case []int64:
-		out.Data = concat[int64](ts)
+		out.Data = concat[int64](buf, ts)
 	case []float32:
-		out.Data = concat[float32](ts)
+		out.Data = concat[float32](buf, ts)
 	case []float64:
-		out.Data = concat[float64](ts)
+		out.Data = concat[float64](buf, ts)
 	case [][]byte:
-		out.Data = concat[[]byte](ts)
+		out.Data = concat[[]byte](nil, ts)
 	default:
 		return serve.Tensor{}, fmt.Errorf("tensor %q: data of Go type %T", first.Name, first.Data)
 	}
 	return out, nil
 }
 
-func concat[T any](ts []serve.Tensor) []T {
+func concat[T any](buf any, ts []serve.Tensor) []T {
 	n := 0
 	for _, t := range ts {
 		n += len(t.Data.([]T))
 	}
-	out := make([]T, 0, n)
+	out, _ := buf.([]T)
+	if cap(out) < n {
+		out = make([]T, 0, n)
+	}
+	out = out[:0]
 	for _, t := range ts {
 		out = append(out, t.Data.([]T)...)
 	}
