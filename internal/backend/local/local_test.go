@@ -209,6 +209,38 @@ func TestExitKillsLeftovers(t *testing.T) {
 	}
 }
 
+// After the trial's own process ends, the shim waits (up to its drain) for
+// what remains of the trial's process group, however deep in the tree:
+// here a grandchild orphaned by its parent. A descendant that left the
+// group (setsid) is not waited for.
+func TestExitWaitsForGroupNotLeavers(t *testing.T) {
+	t.Parallel()
+	for _, mode := range shimModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t, Config{WarmShims: mode.warm, ShimDrain: time.Minute})
+			s := shSpec(t, 1, `setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $! > away; sh -c '(sleep 0.5; echo saved > late) </dev/null >/dev/null 2>&1 &'; exit 0`)
+			start(t, b, s)
+			t0 := time.Now()
+			ev := expect(t, b, s.AttemptID, backend.Exited)
+			if ev.ExitCode == nil || *ev.ExitCode != 0 {
+				t.Fatalf("Exited = %+v, want exit code 0", ev)
+			}
+			if _, err := os.Stat(filepath.Join(s.Workdir, "late")); err != nil {
+				t.Errorf("Exited came before the group's last process ended: %v", err)
+			}
+			if d := time.Since(t0); d > 20*time.Second {
+				t.Errorf("Exited %s after the start: the shim waited for the process that left the group", d)
+			}
+			away := readPIDFile(t, filepath.Join(s.Workdir, "away"))
+			if processGone(away) {
+				t.Errorf("the process that left the group (%d) was killed", away)
+			}
+			_ = unix.Kill(away, unix.SIGKILL)
+		})
+	}
+}
+
 // A wrapper (here sh) that ends at once on SIGTERM must not take down the
 // process doing the work, which checkpoints on SIGTERM: the shim lets the
 // group drain before it kills it, and reports the end after that.

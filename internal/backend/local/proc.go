@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 )
 
 // procStat is what the shim and the backend read of /proc/PID/stat.
@@ -55,6 +56,49 @@ func parseProcStat(pid int, data []byte) (procStat, error) {
 		return procStat{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
 	}
 	return p, nil
+}
+
+// childrenOf returns the pids of pid's children, from the children lists of
+// its threads (/proc/PID/task/TID/children). ok is false when the kernel
+// keeps no such lists (built without CONFIG_PROC_CHILDREN); a process that
+// is gone has none. A list can miss a child forked or reaped while it is
+// read, as the kernel documents: callers poll.
+func childrenOf(pid int) (kids []int, ok bool) {
+	if !procChildren() {
+		return nil, false
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tids, err := readDirNames(dir)
+	if err != nil {
+		return nil, true // gone
+	}
+	for _, tid := range tids {
+		data, err := os.ReadFile(dir + "/" + tid + "/children")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for _, f := range bytes.Fields(data) {
+			if n, err := strconv.Atoi(string(f)); err == nil && n > 0 {
+				kids = append(kids, n)
+			}
+		}
+	}
+	return kids, true
+}
+
+// procChildren reports whether the kernel lists threads' children.
+var procChildren = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/thread-self/children")
+	return err == nil
+})
+
+func readDirNames(dir string) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Readdirnames(-1)
 }
 
 // eachProc calls f for every process /proc lists now; processes that vanish

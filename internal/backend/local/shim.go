@@ -264,7 +264,9 @@ func runShim(o *shimOptions) int {
 
 	// Orphaned descendants of the trial become our children (so that we can
 	// wait for them to end, and reap them) rather than init's.
+	subreaper := true
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		subreaper = false
 		log.printf("warning: PR_SET_CHILD_SUBREAPER: %v (the trial's orphans are not waited for)", err)
 	}
 	chld := make(chan os.Signal, 1)
@@ -338,7 +340,7 @@ func runShim(o *shimOptions) int {
 		for {
 			select {
 			case <-chld:
-				scanChildren(pid)
+				scanChildren(pid, subreaper)
 			case <-stopReaper:
 				return
 			}
@@ -355,13 +357,13 @@ func runShim(o *shimOptions) int {
 	<-reaperDone
 	// 6. The rest of the group may still be at work (the trial's process
 	// was a wrapper); a Stop's SIGKILL still reaches it through the group.
-	if !drainGroup(pid, o.drain, filepath.Join(o.dir, StopFile)) {
+	if !drainGroup(pid, o.drain, filepath.Join(o.dir, StopFile), subreaper) {
 		log.printf("the trial's process ended; killing what remains of its process group after %s", o.drain)
 	}
 	_ = unix.Kill(-pid, unix.SIGKILL) // also when drained: a leader thread gone Z hides live threads
 	_ = cmd.Wait()                    // the status is in ProcessState; an *ExitError is expected
 	state := cmd.ProcessState
-	scanChildren(0)
+	scanChildren(0, subreaper)
 
 	select {
 	case <-copied:
@@ -398,19 +400,64 @@ func runShim(o *shimOptions) int {
 // trial's orphaned descendants, reparented to the shim), and reports whether
 // any process but trial is alive in trial's process group. trial 0 means
 // none: every exited child is reaped.
-func scanChildren(trial int) (groupLive bool) {
+//
+// A subreaper shim (see runShim) walks only its own subtree, which holds
+// every process that can be in trial's group: the group is in the shim's
+// session, whose only members are the shim and the trial's descendants, and
+// the trial's orphans are reparented to the shim. That costs a read per
+// process of the subtree instead of one per process on the machine, at
+// every SIGCHLD. Without a subreaper (orphans go to init), or a kernel that
+// does not list children (CONFIG_PROC_CHILDREN), it reads all of /proc.
+func scanChildren(trial int, subreaper bool) (groupLive bool) {
 	self := os.Getpid()
-	_ = eachProc(func(p procStat) {
-		switch {
-		case p.pid == trial:
-		case p.ppid == self && p.state == 'Z':
-			// Our zombie child: its pid cannot be reused before we reap it.
-			var info unix.Siginfo
-			_ = unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOHANG, nil)
-		case trial > 0 && p.pgrp == trial && p.state != 'Z' && p.state != 'X':
-			groupLive = true
+	if subreaper {
+		if kids, ok := childrenOf(self); ok {
+			return scanSubtree(self, trial, kids)
 		}
-	})
+	}
+	_ = eachProc(func(p procStat) { groupLive = visitChild(self, trial, p) || groupLive })
+	return groupLive
+}
+
+// visitChild reaps p if it is the shim's exited child (not trial), and
+// reports whether it is a live member of trial's group.
+func visitChild(self, trial int, p procStat) (inGroup bool) {
+	switch {
+	case p.pid == trial:
+	case p.ppid == self && p.state == 'Z':
+		// Our zombie child: its pid cannot be reused before we reap it.
+		var info unix.Siginfo
+		_ = unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOHANG, nil)
+	case trial > 0 && p.pgrp == trial && p.state != 'Z' && p.state != 'X':
+		return true
+	}
+	return false
+}
+
+// scanSubtree is scanChildren over the shim's descendants, kids being its
+// children. The trial's own subtree is not walked: while it runs, its
+// descendants are its business; once it has ended, they are the shim's.
+// Once a live member is found, only the shim's own children remain to be
+// visited (to reap them).
+func scanSubtree(self, trial int, kids []int) (groupLive bool) {
+	for len(kids) > 0 {
+		pid := kids[len(kids)-1]
+		kids = kids[:len(kids)-1]
+		if pid == trial {
+			continue
+		}
+		p, err := readProcStat(pid)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		groupLive = visitChild(self, trial, p) || groupLive
+		if groupLive || p.state == 'Z' || p.state == 'X' {
+			continue
+		}
+		if more, ok := childrenOf(pid); ok {
+			kids = append(kids, more...)
+		}
+	}
 	return groupLive
 }
 
@@ -420,11 +467,11 @@ func scanChildren(trial int) (groupLive bool) {
 // trial (it wrote stopFile with the time of its SIGKILL), the rest of the
 // group gets until then instead: a trainer under a wrapper keeps its whole
 // stop grace to checkpoint.
-func drainGroup(trial int, d time.Duration, stopFile string) bool {
+func drainGroup(trial int, d time.Duration, stopFile string, subreaper bool) bool {
 	deadline := time.Now().Add(d)
 	wait := 2 * time.Millisecond
 	for {
-		if !scanChildren(trial) {
+		if !scanChildren(trial, subreaper) {
 			return true
 		}
 		if killAt, ok := readStopFile(stopFile); ok && killAt.After(deadline) {
