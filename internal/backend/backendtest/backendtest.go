@@ -203,7 +203,10 @@ func (s *suite) spec(t *testing.T, script string) *backend.StartSpec {
 		Workdir: dir, Dir: filepath.Join(dir, "attempt"),
 		Resources: s.h.Unit, Nodes: 1, ProcessesPerNode: 1,
 		StopGrace: max(2*time.Second, s.h.Caps.MinGrace),
+		// Nothing listens there: the suite's trials report nothing.
+		Token: "conformance",
 	}
+	sp.ReportURL = fmt.Sprintf("http://127.0.0.1:9/api/v1/attempts/%d/report", sp.AttemptID)
 	if err := os.MkdirAll(sp.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -244,13 +247,22 @@ func (s *suite) exited(t *testing.T, w *watcher, sp *backend.StartSpec) backend.
 	return ev
 }
 
-// marker waits until the trial wrote $M/name.
-func (s *suite) marker(t *testing.T, sp *backend.StartSpec, name string) {
+// marker waits until the trial wrote $M/name, failing at once if w
+// reports the attempt over first.
+func (s *suite) marker(t *testing.T, w *watcher, sp *backend.StartSpec, name string) {
 	t.Helper()
 	path := filepath.Join(sp.Env["M"], name)
 	waitFor(t, s.h.Wait, "the trial's marker "+path, func() bool {
-		_, err := os.Stat(path)
-		return err == nil
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		for _, ev := range w.events(sp.AttemptID) {
+			if ev.Kind == backend.Exited {
+				log, _ := os.ReadFile(filepath.Join(sp.Dir, "output.log"))
+				t.Fatalf("attempt %d ended before it wrote %s: %+v\noutput.log:\n%s", sp.AttemptID, name, ev, log)
+			}
+		}
+		return false
 	})
 }
 
@@ -347,11 +359,11 @@ func (s *suite) stopTermThenKill(t *testing.T) {
 	term := s.spec(t, trapTerm)
 	s.start(t, b, term)
 	s.started(t, w, term)
-	s.marker(t, term, "ready")
+	s.marker(t, w, term, "ready")
 	if err := b.Stop(term.AttemptID, 10*grace); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	s.marker(t, term, "term")
+	s.marker(t, w, term, "term")
 	ev := s.exited(t, w, term)
 	if ev.ExitCode == nil || *ev.ExitCode != 5 || ev.Preempted || ev.Lost {
 		t.Errorf("a trial that exits 5 on SIGTERM: Exited %+v (exit code %s), want exit code 5", ev, fmtCode(ev.ExitCode))
@@ -360,7 +372,7 @@ func (s *suite) stopTermThenKill(t *testing.T) {
 	deaf := s.spec(t, ignoreTerm)
 	s.start(t, b, deaf)
 	s.started(t, w, deaf)
-	s.marker(t, deaf, "ready")
+	s.marker(t, w, deaf, "ready")
 	stopped := time.Now()
 	if err := b.Stop(deaf.AttemptID, grace); err != nil {
 		t.Fatalf("Stop: %v", err)
@@ -620,8 +632,8 @@ func (s *suite) adopt(t *testing.T) {
 	s.start(t, b1, end)
 	s.started(t, w1, run)
 	s.started(t, w1, end)
-	s.marker(t, run, "ready")
-	s.marker(t, end, "ready")
+	s.marker(t, w1, run, "ready")
+	s.marker(t, w1, end, "ready")
 	w1.close(t)
 	// Closed: the trials run on. One ends before the next server comes.
 	touch(t, end, "go")
