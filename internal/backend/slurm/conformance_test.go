@@ -37,7 +37,7 @@ func TestConformance(t *testing.T) {
 			return b
 		},
 		Unit: virga.Resources{CPU: 1, MemoryMB: 64},
-		Caps: backendtest.Caps{Gang: true},
+		Caps: backendtest.Caps{Gang: true, Signals: true},
 		Wait: 60 * time.Second,
 	})
 }

@@ -930,6 +930,10 @@ func exitEvent(a *attempt, j *Job, now time.Time) backend.Event {
 		if a.stopping && !a.killed {
 			ev.Signal = "terminated"
 		}
+	case backend.StatusSignal(j.ExitCode()) != "":
+		// The agent (or the batch shell) ended with 128+N: the trial
+		// died of signal N.
+		ev.Signal = backend.StatusSignal(j.ExitCode())
 	default:
 		code := j.ExitCode()
 		ev.ExitCode = &code
