@@ -71,6 +71,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SignalDeath", s.signalDeath)
 	t.Run("StopTermThenKill", s.stopTermThenKill)
 	t.Run("StopEndedIsNoError", s.stopEnded)
+	t.Run("StopRightAfterStart", s.stopAtOnce)
+	t.Run("ConcurrentStarts", s.concurrent)
 	t.Run("StartTwiceIsAnError", s.startTwice)
 	t.Run("CapacityAndFree", s.capacity)
 	t.Run("Gang", s.gang)
@@ -419,7 +421,62 @@ func (s *suite) startTwice(t *testing.T) {
 	if err := b.Start(context.Background(), sp); err == nil {
 		t.Errorf("a second Start of ended attempt %d succeeded", sp.AttemptID)
 	}
+	// The same attempt in a fresh directory is still the same attempt.
+	again := s.spec(t, "exit 0")
+	again.AttemptID = sp.AttemptID
+	if err := b.Start(context.Background(), again); err == nil {
+		t.Errorf("a second Start of ended attempt %d, in another directory, succeeded", sp.AttemptID)
+	}
 	w.close(t) // no second Started or Exited
+}
+
+// stopAtOnce: a Stop that comes before the attempt is seen running still
+// ends it, with one Exited.
+func (s *suite) stopAtOnce(t *testing.T) {
+	b, w := s.newBackend(t)
+	free0 := b.Free()
+	sp := s.spec(t, waitGo)
+	s.start(t, b, sp)
+	if err := b.Stop(sp.AttemptID, s.h.Caps.MinGrace); err != nil {
+		t.Fatalf("Stop right after Start: %v", err)
+	}
+	if err := b.Stop(sp.AttemptID, s.h.Caps.MinGrace); err != nil {
+		t.Fatalf("a second Stop: %v", err)
+	}
+	if ev := s.exited(t, w, sp); ev.ExitCode != nil && *ev.ExitCode == 0 {
+		t.Errorf("an attempt stopped before it could finish exited 0: %+v", ev)
+	}
+	if got := b.Free(); !same(got, free0) {
+		t.Errorf("Free after a stopped attempt: %+v, want %+v", got, free0)
+	}
+}
+
+// concurrent: attempts started from several goroutines at once each get
+// their events once.
+func (s *suite) concurrent(t *testing.T) {
+	b, w := s.newBackend(t)
+	const n = 3
+	specs := make([]*backend.StartSpec, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range specs {
+		specs[i] = s.spec(t, "exit "+fmt.Sprint(10+i))
+	}
+	for i := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = b.Start(context.Background(), specs[i])
+		}()
+	}
+	wg.Wait()
+	for i, sp := range specs {
+		if errs[i] != nil {
+			t.Fatalf("Start attempt %d: %v", sp.AttemptID, errs[i])
+		}
+		wantCode(t, s.exited(t, w, sp), 10+i)
+	}
+	w.close(t)
 }
 
 // capacity: attempts are started until one is refused with ErrNoCapacity;
@@ -653,6 +710,14 @@ func (s *suite) adopt(t *testing.T) {
 	wantCode(t, s.exited(t, w2, end), 4)
 	if ev := s.exited(t, w2, never); !ev.Lost {
 		t.Errorf("adopting an attempt that never started: Exited %+v, want Lost", ev)
+	}
+	if err := b2.Start(ctx, never); err == nil {
+		t.Errorf("Start of an attempt adopted as never started succeeded: it may never start later")
+	}
+	fresh := s.spec(t, "exit 0")
+	fresh.AttemptID = never.AttemptID
+	if err := b2.Start(ctx, fresh); err == nil {
+		t.Errorf("Start of an attempt adopted as never started, in another directory, succeeded")
 	}
 	// The running one was not killed by Close: it ends as it was told to.
 	if evs := w2.events(run.AttemptID); len(evs) > 0 && evs[len(evs)-1].Kind == backend.Exited {
