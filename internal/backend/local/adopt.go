@@ -67,6 +67,7 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 		return fmt.Errorf("adopting attempt %d: already running here: %w", at.ID, virga.ErrConflict)
 	}
 	b.attempts[at.ID] = a
+	b.seen[at.ID] = true
 	b.mu.Unlock()
 
 	lock, locked, err := b.lockDir(at.Dir)

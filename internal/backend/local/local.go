@@ -92,6 +92,7 @@ type Backend struct {
 
 	mu       sync.Mutex
 	attempts map[int64]*attempt // running or adopted, until their Exited
+	seen     map[int64]bool     // every attempt started or adopted here: none starts again
 	held     []*os.File         // locks of attempts declared over without an exit.json, released by Close
 	idle     []*warmShim        // warm shims waiting for an attempt
 	closed   bool
@@ -137,6 +138,7 @@ func New(cfg Config) (*Backend, error) {
 		clock:    clock.Or(cfg.Clock),
 		poll:     cfg.PollInterval,
 		attempts: make(map[int64]*attempt),
+		seen:     make(map[int64]bool),
 	}
 	if b.capacity == (virga.Resources{}) && len(cfg.Pools) == 0 {
 		mem, err := memTotalMB()
@@ -263,8 +265,8 @@ func (b *Backend) Capacity() virga.Resources { return b.capacity }
 // Exited follows when the shim ends. Start returns an error wrapping
 // ErrNoCapacity if the resources do not fit in the pool's free capacity or
 // the pool is down, and one wrapping
-// virga.ErrConflict if the attempt is running here or its directory records
-// an earlier run. A trial that cannot be executed (no such command, bad
+// virga.ErrConflict if the attempt runs or ran here (started or adopted) or
+// its directory records an earlier run. A trial that cannot be executed (no such command, bad
 // workdir) is not a Start error: it ends with exit code 127 and a Message.
 func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	if err := ctx.Err(); err != nil {
@@ -312,6 +314,9 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	case b.attempts[s.AttemptID] != nil:
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: already running: %w", s.AttemptID, virga.ErrConflict)
+	case b.seen[s.AttemptID]:
+		b.mu.Unlock()
+		return fmt.Errorf("starting attempt %d: it ran here already: %w", s.AttemptID, virga.ErrConflict)
 	case !p.up:
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, downError(p))
@@ -325,6 +330,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	}
 	p.reserved = p.reserved.Add(s.Resources)
 	b.attempts[s.AttemptID] = a
+	b.seen[s.AttemptID] = true
 	b.mu.Unlock()
 	if b.named {
 		writePoolFile(s.Dir, p.name)
@@ -342,6 +348,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 		b.mu.Lock()
 		p.reserved = p.reserved.Sub(s.Resources)
 		delete(b.attempts, s.AttemptID)
+		delete(b.seen, s.AttemptID) // it never ran: it may be started again
 		a.done = true
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, err)
