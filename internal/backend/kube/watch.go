@@ -395,7 +395,7 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 // pods after FinishedTTL. Called with b.mu held.
 func (b *Backend) finish(a *attempt) {
 	if a.pool != nil {
-		a.pool.reserved = a.pool.reserved.Sub(a.res)
+		a.pool.acct.Release(a.res)
 	}
 	delete(b.attempts, a.id)
 	b.ended[a.id] = true

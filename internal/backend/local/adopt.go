@@ -91,7 +91,7 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 		return fmt.Errorf("adopting attempt %d: the local backend is closed", at.ID)
 	}
 	a.res = res
-	p.reserved = p.reserved.Add(res)
+	p.Reserve(res)
 	b.joinPoolLocked(a, p)
 	b.wg.Add(1)
 	b.mu.Unlock()

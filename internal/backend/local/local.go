@@ -73,9 +73,9 @@ type Config struct {
 // shim`. It implements backend.Backend, backend.Adopter, backend.Sizer and
 // backend.Pooled.
 type Backend struct {
-	capacity virga.Resources // the sum of the pools' capacities
-	pools    []*capPool      // fixed after New; their state is guarded by mu
-	named    bool            // pools were configured
+	acct     *backend.Pools // the pools' bookkeeping, guarded by mu
+	pools    []*capPool     // in acct's order; fixed after New, their state guarded by mu
+	named    bool           // pools were configured
 	shim     []string
 	gang     []string
 	clock    clock.Clock
@@ -132,7 +132,6 @@ type attempt struct {
 // New returns a backend with cfg's defaults filled in.
 func New(cfg Config) (*Backend, error) {
 	b := &Backend{
-		capacity: cfg.Capacity,
 		shim:     cfg.ShimCommand,
 		gang:     cfg.GangCommand,
 		clock:    clock.Or(cfg.Clock),
@@ -140,23 +139,16 @@ func New(cfg Config) (*Backend, error) {
 		attempts: make(map[int64]*attempt),
 		seen:     make(map[int64]bool),
 	}
-	if b.capacity == (virga.Resources{}) && len(cfg.Pools) == 0 {
+	capacity := cfg.Capacity
+	if capacity == (virga.Resources{}) && len(cfg.Pools) == 0 {
 		mem, err := memTotalMB()
 		if err != nil {
 			return nil, fmt.Errorf("local backend: detecting capacity: %w", err)
 		}
-		b.capacity = virga.Resources{CPU: float64(runtime.NumCPU()), MemoryMB: mem}
+		capacity = virga.Resources{CPU: float64(runtime.NumCPU()), MemoryMB: mem}
 	}
-	pools, err := newPools(cfg.Pools, b.capacity)
-	if err != nil {
+	if err := b.newPools(cfg.Pools, capacity); err != nil {
 		return nil, err
-	}
-	b.pools, b.named = pools, len(cfg.Pools) > 0
-	if b.named {
-		b.capacity = virga.Resources{}
-		for _, p := range pools {
-			b.capacity = b.capacity.Add(p.capacity)
-		}
 	}
 	if len(b.shim) == 0 {
 		exe, err := os.Executable()
@@ -244,19 +236,17 @@ func (b *Backend) Events() <-chan backend.Event { return b.q.Out() }
 func (b *Backend) Free() virga.Resources {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var free virga.Resources
-	for _, p := range b.pools {
-		if p.up {
-			free = free.Add(p.capacity.Sub(p.reserved))
-		}
-	}
-	return free
+	return b.acct.Free()
 }
 
 // Capacity returns the total resources the backend can ever offer
 // (Config.Capacity, or this machine's, or the sum of the pools'), whatever
 // runs.
-func (b *Backend) Capacity() virga.Resources { return b.capacity }
+func (b *Backend) Capacity() virga.Resources {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.acct.Capacity()
+}
 
 // Start reserves the attempt's resources and hands the attempt to a warm
 // shim, or launches one; it returns without waiting for the trial. An empty
@@ -307,7 +297,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	// 1. Reserve in the pool, and apply a reclaim under way.
 	a := &attempt{id: s.AttemptID, dir: s.Dir, res: s.Resources, pool: p}
 	b.mu.Lock()
-	switch free := p.capacity.Sub(p.reserved); {
+	switch free := p.Free(); {
 	case b.closed:
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: the local backend is closed", s.AttemptID)
@@ -317,23 +307,23 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	case b.seen[s.AttemptID]:
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: it ran here already: %w", s.AttemptID, virga.ErrConflict)
-	case !p.up:
+	case !p.Up():
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, downError(p))
 	case !s.Resources.Fits(free):
 		b.mu.Unlock()
 		in := ""
 		if b.named {
-			in = " in pool " + p.name
+			in = " in pool " + p.Name
 		}
 		return fmt.Errorf("starting attempt %d: needs %s, free%s %s: %w", s.AttemptID, fmtRes(s.Resources), in, fmtRes(free), ErrNoCapacity)
 	}
-	p.reserved = p.reserved.Add(s.Resources)
+	p.Reserve(s.Resources)
 	b.attempts[s.AttemptID] = a
 	b.seen[s.AttemptID] = true
 	b.mu.Unlock()
 	if b.named {
-		writePoolFile(s.Dir, p.name)
+		writePoolFile(s.Dir, p.Name)
 	}
 	b.mu.Lock()
 	b.joinPoolLocked(a, p) // after the pool file: it may write PreemptFile
@@ -346,7 +336,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	}
 	if err != nil {
 		b.mu.Lock()
-		p.reserved = p.reserved.Sub(s.Resources)
+		p.Release(s.Resources)
 		delete(b.attempts, s.AttemptID)
 		delete(b.seen, s.AttemptID) // it never ran: it may be started again
 		a.done = true
@@ -458,7 +448,7 @@ func (b *Backend) poolName(a *attempt) string {
 	if a.pool == nil {
 		return ""
 	}
-	return a.pool.name
+	return a.pool.Name
 }
 
 // finish releases the attempt's resources, forgets it and emits ev (its
@@ -475,7 +465,7 @@ func (b *Backend) finish(a *attempt, ev backend.Event) {
 		a.killTimer.Stop()
 	}
 	if a.pool != nil {
-		a.pool.reserved = a.pool.reserved.Sub(a.res)
+		a.pool.Release(a.res)
 	}
 	if b.attempts[a.id] == a {
 		delete(b.attempts, a.id)
