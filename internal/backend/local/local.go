@@ -73,18 +73,18 @@ type Config struct {
 // shim`. It implements backend.Backend, backend.Adopter, backend.Sizer and
 // backend.Pooled.
 type Backend struct {
-	acct     *backend.Pools // the pools' bookkeeping, guarded by mu
-	pools    []*capPool     // in acct's order; fixed after New, their state guarded by mu
-	named    bool           // pools were configured
-	shim     []string
-	gang     []string
-	clock    clock.Clock
-	now      func() time.Time // clock.Now
-	poll     time.Duration
-	warm     int
-	drain    time.Duration // handed to each shim
-	refill   chan struct{} // wakes refillLoop
-	q        *backend.EventQueue
+	acct   *backend.Pools // the pools' bookkeeping, guarded by mu
+	pools  []*capPool     // in acct's order; fixed after New, their state guarded by mu
+	named  bool           // pools were configured
+	shim   []string
+	gang   []string
+	clock  clock.Clock
+	now    func() time.Time // clock.Now
+	poll   time.Duration
+	warm   int
+	drain  time.Duration // handed to each shim
+	refill chan struct{} // wakes refillLoop
+	q      *backend.EventQueue
 
 	ctx    context.Context // cancelled by Close: adopted watchers stop
 	cancel context.CancelFunc

@@ -154,14 +154,14 @@ type attempt struct {
 // backend.Pooled, backend.Reaper (and so backend.Adopter), backend.Sizer
 // and backend.Remote.
 type Backend struct {
-	cfg      Config
-	pools    []*pool        // in the order of acct's
-	acct     *backend.Pools // guarded by mu
-	loc      *time.Location
-	clock    clock.Clock
-	now      func() time.Time // clock.Now
-	log      *slog.Logger
-	q        *backend.EventQueue
+	cfg   Config
+	pools []*pool        // in the order of acct's
+	acct  *backend.Pools // guarded by mu
+	loc   *time.Location
+	clock clock.Clock
+	now   func() time.Time // clock.Now
+	log   *slog.Logger
+	q     *backend.EventQueue
 
 	ctx    context.Context
 	cancel context.CancelFunc
