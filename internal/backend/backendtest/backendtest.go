@@ -158,6 +158,9 @@ func (w *watcher) close(t *testing.T) {
 				t.Errorf("attempt %d: event of unknown kind %q", id, ev.Kind)
 			}
 		}
+		if n := len(evs); n == 2 && evs[0].Kind == backend.Started && evs[1].Kind == backend.Exited && evs[1].Time.Before(evs[0].Time) {
+			t.Errorf("attempt %d: Exited at %s, before its Started at %s", id, evs[1].Time, evs[0].Time)
+		}
 		if started > 1 || exited > 1 {
 			t.Errorf("attempt %d: %d Started and %d Exited events, want at most one each: %+v", id, started, exited, evs)
 		}
@@ -484,7 +487,7 @@ func (s *suite) concurrent(t *testing.T) {
 func (s *suite) capacity(t *testing.T) {
 	b, w := s.newBackend(t)
 	free0 := b.Free()
-	if sz, ok := b.(backend.Sizer); ok && !isPooled(b) && sz.Capacity() != free0 {
+	if sz, ok := b.(backend.Sizer); ok && !same(sz.Capacity(), free0) {
 		t.Errorf("Free %+v of an idle backend is not its Capacity %+v", free0, sz.Capacity())
 	}
 	var running []*backend.StartSpec
