@@ -32,6 +32,18 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceOnePool runs the suite against the local backend as it
+// is by default: one unnamed pool of its capacity.
+func TestConformanceOnePool(t *testing.T) {
+	backendtest.Run(t, backendtest.Harness{
+		New: func(t *testing.T) backend.Backend {
+			return newBackend(t, Config{Capacity: virga.Resources{CPU: 3, MemoryMB: 512}})
+		},
+		Unit: virga.Resources{CPU: 1, MemoryMB: 64},
+		Caps: backendtest.Caps{PID: true, Signals: true, Gang: true},
+	})
+}
+
 // upUntil is capacity that is up until t and down for good from t.
 type upUntil time.Time
 
