@@ -142,7 +142,7 @@ func (b *Backend) adoptStarted(a *attempt) {
 		return
 	}
 	if rec, err := readShimRecord(a.dir); err == nil {
-		b.started(a, rec.TrialPID, rec.StartedAt)
+		b.started(a, rec.TrialPID, b.observed(rec.StartedAt))
 	}
 }
 
@@ -173,7 +173,7 @@ func (b *Backend) declareOver(a *attempt, lock *os.File) {
 	rec, err := readExitRecord(a.dir)
 	switch {
 	case err == nil:
-		ev = exitEvent(a.id, rec, now)
+		ev = b.exitEvent(a.id, rec)
 	case errors.Is(err, fs.ErrNotExist):
 		msg := "no shim runs the attempt and it recorded no exit status (the shim never started, or died)"
 		if _, serr := os.Stat(filepath.Join(a.dir, ShimFile)); serr != nil {

@@ -386,13 +386,18 @@ func trialEnv(s *backend.StartSpec) []string {
 }
 
 // watchChild follows a shim this backend launched: Started when the trial's
-// pid arrives on the pipe, Exited when the shim ends. After Close it still
-// reaps the shim but emits nothing.
+// pid arrives on the pipe (timed when the shim started the trial, not when
+// the pipe was read: a short trial may have ended by then), Exited when the
+// shim ends. After Close it still reaps the shim but emits nothing.
 func (b *Backend) watchChild(a *attempt, cmd *exec.Cmd, pidR *os.File) {
-	line, _ := bufio.NewReaderSize(pidR, 32).ReadString('\n')
+	line, _ := bufio.NewReaderSize(pidR, 64).ReadString('\n')
 	pidR.Close()
-	if pid, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && pid > 0 {
-		b.started(a, pid, b.now())
+	if pid, at, ok := parsePIDLine(line); ok {
+		t := b.now()
+		if !at.IsZero() {
+			t = b.observed(at)
+		}
+		b.started(a, pid, t)
 	}
 	_ = cmd.Wait() // the status is in ProcessState
 	ev := b.shimExitEvent(a, cmd.ProcessState)
@@ -410,7 +415,7 @@ func (b *Backend) watchChild(a *attempt, cmd *exec.Cmd, pidR *os.File) {
 func (b *Backend) shimExitEvent(a *attempt, st *os.ProcessState) backend.Event {
 	rec, err := readExitRecord(a.dir)
 	if err == nil {
-		return exitEvent(a.id, rec, b.now())
+		return b.exitEvent(a.id, rec)
 	}
 	now := b.now()
 	switch {
@@ -554,6 +559,18 @@ func (b *Backend) wall(t time.Time) time.Time {
 		return t
 	}
 	return time.Now().Add(t.Sub(b.now()))
+}
+
+// observed is the time of an event that a shim recorded at t on the wall
+// clock: t itself on the real clock (when it happened, not when the
+// backend learnt it: a trial's start read late from the pipe would
+// otherwise come after its end), and now on an injected clock, which times
+// every event when the backend observes it.
+func (b *Backend) observed(t time.Time) time.Time {
+	if _, ok := b.clock.(clock.Real); ok {
+		return t
+	}
+	return b.now()
 }
 
 // fromWall converts t on the wall clock to the backend's clock.
