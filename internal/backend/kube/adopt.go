@@ -82,15 +82,11 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 	if poolName == "" {
 		poolName = first.Annotations[AnnotationPool]
 	}
-	var p *pool
-	if !b.named || poolName == "" {
+	var p *pool // nil: a pool no longer configured, not counted
+	if !b.named {
 		p = b.pools[0]
-	} else {
-		for _, q := range b.pools {
-			if q.Name == poolName {
-				p = q
-			}
-		}
+	} else if q, err := b.poolNamed(poolName); err == nil {
+		p = q
 	}
 	a := &attempt{id: at.ID, name: name, nodes: nodes, pool: p, res: res, grace: grace, cause: -1,
 		pods: make([]*podState, nodes)}
@@ -105,7 +101,7 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 		a.pods[r] = &podState{pod: pod, deleting: pod.DeletionTimestamp != nil && !disrupted(pod)}
 	}
 	if p != nil {
-		p.reserved = p.reserved.Add(res)
+		p.acct.Reserve(res)
 	}
 	b.attempts[at.ID] = a
 	for _, ps := range a.pods {

@@ -149,12 +149,11 @@ const unaccountedMemoryMB = 1 << 30
 
 var dnsLabel = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 
-// pool is the backend's state of one pool; reserved is guarded by
-// Backend.mu.
+// pool is one pool and its bookkeeping (acct, one of Backend.acct's,
+// guarded by Backend.mu).
 type pool struct {
 	Pool
-	capacity virga.Resources
-	reserved virga.Resources
+	acct *backend.Pool
 }
 
 // Backend runs attempts as pods. Create it with New.
@@ -163,8 +162,8 @@ type Backend struct {
 	client kubernetes.Interface
 	log    *slog.Logger
 	named  bool
-	pools  []*pool
-	total  virga.Resources
+	pools  []*pool        // in the order of acct's
+	acct   *backend.Pools // guarded by mu
 
 	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
@@ -237,11 +236,13 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 	}
 	b := &Backend{cfg: cfg, client: client, log: cfg.Logger, attempts: map[int64]*attempt{},
 		ended: map[int64]bool{}, timers: map[clock.Timer]bool{}, stop: make(chan struct{})}
+	var accts []backend.Pool
+	confs := make([]Pool, len(cfg.Pools)) // the caller's, completed
 	if len(cfg.Pools) == 0 {
 		if cfg.Capacity == (virga.Resources{}) {
 			return nil, errors.New("kubernetes backend: give pools, or the capacity of its single pool")
 		}
-		b.pools = []*pool{{capacity: cfg.Capacity}}
+		accts = []backend.Pool{{Capacity: cfg.Capacity}}
 	} else {
 		b.named = true
 		seen := map[string]bool{}
@@ -260,11 +261,17 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 			if p.Node.MemoryMB == 0 {
 				p.Node.MemoryMB = unaccountedMemoryMB
 			}
-			b.pools = append(b.pools, &pool{Pool: p, capacity: p.Capacity()})
+			confs[i] = p
+			accts = append(accts, backend.Pool{Name: p.Name, Capacity: p.Capacity(), Preemptible: p.Spot, Warning: p.Warning})
 		}
 	}
-	for _, p := range b.pools {
-		b.total = b.total.Add(p.capacity)
+	b.acct = backend.NewPools(b.named, accts)
+	for i, acct := range b.acct.All() {
+		p := &pool{acct: acct}
+		if b.named {
+			p.Pool = confs[i]
+		}
+		b.pools = append(b.pools, p)
 	}
 
 	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: "virga", LabelInstance: cfg.Instance}).String()
@@ -313,31 +320,23 @@ func (b *Backend) Events() <-chan backend.Event { return b.q.Out() }
 func (b *Backend) Free() virga.Resources {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var free virga.Resources
-	for _, p := range b.pools {
-		free = free.Add(p.capacity.Sub(p.reserved))
-	}
-	return free
+	return b.acct.Free()
 }
 
 // Capacity returns the sum of the pools' Nodes x Node (or Config.Capacity).
-func (b *Backend) Capacity() virga.Resources { return b.total }
+func (b *Backend) Capacity() virga.Resources {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.acct.Capacity()
+}
 
 // Pools returns each pool's status, or nil without named pools. Spot pools
 // are always reported up: the cluster's autoscaler, not Virga, knows when
 // spot nodes can be had, and a pod that finds none waits Pending.
 func (b *Backend) Pools() []backend.PoolStatus {
-	if !b.named {
-		return nil
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]backend.PoolStatus, len(b.pools))
-	for i, p := range b.pools {
-		out[i] = backend.PoolStatus{Name: p.Name, Capacity: p.capacity, Free: p.capacity.Sub(p.reserved),
-			Preemptible: p.Spot, Up: true, Warning: p.Warning}
-	}
-	return out
+	return b.acct.Status()
 }
 
 // APICalls counts the calls this backend made to the API server other than
@@ -393,16 +392,18 @@ func (b *Backend) after(d time.Duration, f func()) {
 	b.timers[t] = true
 }
 
+// poolNamed returns the pool called name ("": the default).
 func (b *Backend) poolNamed(name string) (*pool, error) {
-	if name == "" {
-		return b.pools[0], nil
+	acct, err := b.acct.Get(name) // fixed after New: no lock needed
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
 	for _, p := range b.pools {
-		if b.named && p.Name == name {
+		if p.acct == acct {
 			return p, nil
 		}
 	}
-	return nil, fmt.Errorf("kubernetes backend: no pool %q", name)
+	panic("kubernetes backend: a pool without its bookkeeping")
 }
 
 // baseName is the name of an attempt's service and the prefix of its pods.

@@ -61,7 +61,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	case b.attempts[s.AttemptID] != nil || b.ended[s.AttemptID]:
 		b.mu.Unlock()
 		return fmt.Errorf("kubernetes backend: %w: attempt %d was started here already", virga.ErrConflict, s.AttemptID)
-	case !s.Resources.Fits(p.capacity.Sub(p.reserved)):
+	case !p.acct.Fits(s.Resources):
 		b.mu.Unlock()
 		return fmt.Errorf("kubernetes backend: %w in pool %q", virga.ErrNoCapacity, p.Name)
 	}
@@ -69,7 +69,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 		b.swept = true
 		go b.sweep() // the first start comes after recovery's adoptions
 	}
-	p.reserved = p.reserved.Add(s.Resources)
+	p.acct.Reserve(s.Resources)
 	b.attempts[s.AttemptID] = a
 	b.mu.Unlock()
 
@@ -86,7 +86,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 		}
 		b.mu.Lock()
 		delete(b.attempts, s.AttemptID)
-		p.reserved = p.reserved.Sub(s.Resources)
+		p.acct.Release(s.Resources)
 		b.mu.Unlock()
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("kubernetes backend: %w: %v", virga.ErrConflict, err)

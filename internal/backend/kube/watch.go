@@ -350,9 +350,9 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 	if t := v.term; t != nil {
 		if sig := t.Signal; sig != 0 {
 			ev.Signal = syscall.Signal(sig).String()
-		} else if shellSignals[t.ExitCode] {
+		} else if sig := backend.StatusSignal(int(t.ExitCode)); sig != "" {
 			// The runtime reports a process killed by signal N as 128+N.
-			ev.Signal = syscall.Signal(t.ExitCode - 128).String()
+			ev.Signal = sig
 		} else {
 			code := int(t.ExitCode)
 			ev.ExitCode = &code
@@ -395,7 +395,7 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 // pods after FinishedTTL. Called with b.mu held.
 func (b *Backend) finish(a *attempt) {
 	if a.pool != nil {
-		a.pool.reserved = a.pool.reserved.Sub(a.res)
+		a.pool.acct.Release(a.res)
 	}
 	delete(b.attempts, a.id)
 	b.ended[a.id] = true
@@ -450,7 +450,3 @@ func finishedAt(pod *corev1.Pod) time.Time {
 	}
 	return pod.CreationTimestamp.Time
 }
-
-// shellSignals are the exit codes 128+N of the signals that end a trial:
-// SIGINT, SIGABRT, SIGKILL, SIGSEGV, SIGTERM.
-var shellSignals = map[int32]bool{130: true, 134: true, 137: true, 139: true, 143: true}

@@ -67,6 +67,7 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 		return fmt.Errorf("adopting attempt %d: already running here: %w", at.ID, virga.ErrConflict)
 	}
 	b.attempts[at.ID] = a
+	b.seen[at.ID] = true
 	b.mu.Unlock()
 
 	lock, locked, err := b.lockDir(at.Dir)
@@ -90,7 +91,7 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 		return fmt.Errorf("adopting attempt %d: the local backend is closed", at.ID)
 	}
 	a.res = res
-	p.reserved = p.reserved.Add(res)
+	p.Reserve(res)
 	b.joinPoolLocked(a, p)
 	b.wg.Add(1)
 	b.mu.Unlock()
@@ -141,7 +142,7 @@ func (b *Backend) adoptStarted(a *attempt) {
 		return
 	}
 	if rec, err := readShimRecord(a.dir); err == nil {
-		b.started(a, rec.TrialPID, rec.StartedAt)
+		b.started(a, rec.TrialPID, b.observed(rec.StartedAt))
 	}
 }
 
@@ -172,7 +173,7 @@ func (b *Backend) declareOver(a *attempt, lock *os.File) {
 	rec, err := readExitRecord(a.dir)
 	switch {
 	case err == nil:
-		ev = exitEvent(a.id, rec, now)
+		ev = b.exitEvent(a.id, rec)
 	case errors.Is(err, fs.ErrNotExist):
 		msg := "no shim runs the attempt and it recorded no exit status (the shim never started, or died)"
 		if _, serr := os.Stat(filepath.Join(a.dir, ShimFile)); serr != nil {

@@ -73,7 +73,7 @@ func TestAdoptFinished(t *testing.T) {
 	if ev.ExitCode == nil || *ev.ExitCode != 5 {
 		t.Fatalf("Exited = %+v, want exit code 5", ev)
 	}
-	if b.Free() != b.capacity {
+	if b.Free() != b.Capacity() {
 		t.Errorf("a finished adopted attempt holds resources: free %+v", b.Free())
 	}
 	assertLockFree(t, s.Dir)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -150,11 +151,31 @@ func tryFlock(f *os.File) (bool, error) {
 	}
 }
 
-// exitEvent turns an exit record into the Exited event of attempt id.
-func exitEvent(id int64, r *exitRecord, now time.Time) backend.Event {
-	ev := backend.Event{AttemptID: id, Kind: backend.Exited, Time: now, Message: r.Message}
+// parsePIDLine reads the shim's pid line, "PID STARTED_UNIX_NS" (the start
+// time may be missing: at is then zero).
+func parsePIDLine(line string) (pid int, at time.Time, ok bool) {
+	f := strings.Fields(line)
+	if len(f) == 0 || len(f) > 2 {
+		return 0, time.Time{}, false
+	}
+	pid, err := strconv.Atoi(f[0])
+	if err != nil || pid <= 0 {
+		return 0, time.Time{}, false
+	}
+	if len(f) == 2 {
+		if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil && ns > 0 {
+			at = time.Unix(0, ns)
+		}
+	}
+	return pid, at, true
+}
+
+// exitEvent turns an exit record into the Exited event of attempt id, at
+// the record's end (see observed), or now if it has none.
+func (b *Backend) exitEvent(id int64, r *exitRecord) backend.Event {
+	ev := backend.Event{AttemptID: id, Kind: backend.Exited, Time: b.now(), Message: r.Message}
 	if !r.EndedAt.IsZero() {
-		ev.Time = r.EndedAt
+		ev.Time = b.observed(r.EndedAt)
 	}
 	switch {
 	case r.Lost:

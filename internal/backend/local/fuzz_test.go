@@ -91,3 +91,29 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// FuzzPIDLine feeds arbitrary lines to the reader of the shim's pid pipe:
+// it never panics, accepts only a positive pid (and an optional positive
+// start time), and reads back what the shim writes.
+func FuzzPIDLine(f *testing.F) {
+	for _, s := range []string{"123 1764190000000000000\n", "123\n", "", "\n", "-1 5\n", "0\n", "12 x\n", "1 2 3\n", "99999999999999999999\n"} {
+		f.Add(s)
+	}
+	f.Setenv(shimEnv, "") // the workers are this binary: not shims (see FuzzMetricLine)
+	f.Fuzz(func(t *testing.T, line string) {
+		pid, at, ok := parsePIDLine(line)
+		if !ok {
+			return
+		}
+		if pid <= 0 || (!at.IsZero() && at.UnixNano() <= 0) {
+			t.Fatalf("parsePIDLine(%q) = %d, %v: want a positive pid and start", line, pid, at)
+		}
+		back := fmt.Sprintf("%d %d\n", pid, at.UnixNano())
+		if at.IsZero() {
+			back = fmt.Sprintf("%d\n", pid)
+		}
+		if p2, at2, ok2 := parsePIDLine(back); !ok2 || p2 != pid || !at2.Equal(at) {
+			t.Fatalf("the shim's line %q for %q reads back as %d %v %v", back, line, p2, at2, ok2)
+		}
+	})
+}

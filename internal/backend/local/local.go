@@ -73,18 +73,18 @@ type Config struct {
 // shim`. It implements backend.Backend, backend.Adopter, backend.Sizer and
 // backend.Pooled.
 type Backend struct {
-	capacity virga.Resources // the sum of the pools' capacities
-	pools    []*capPool      // fixed after New; their state is guarded by mu
-	named    bool            // pools were configured
-	shim     []string
-	gang     []string
-	clock    clock.Clock
-	now      func() time.Time // clock.Now
-	poll     time.Duration
-	warm     int
-	drain    time.Duration // handed to each shim
-	refill   chan struct{} // wakes refillLoop
-	q        *backend.EventQueue
+	acct   *backend.Pools // the pools' bookkeeping, guarded by mu
+	pools  []*capPool     // in acct's order; fixed after New, their state guarded by mu
+	named  bool           // pools were configured
+	shim   []string
+	gang   []string
+	clock  clock.Clock
+	now    func() time.Time // clock.Now
+	poll   time.Duration
+	warm   int
+	drain  time.Duration // handed to each shim
+	refill chan struct{} // wakes refillLoop
+	q      *backend.EventQueue
 
 	ctx    context.Context // cancelled by Close: adopted watchers stop
 	cancel context.CancelFunc
@@ -92,6 +92,7 @@ type Backend struct {
 
 	mu       sync.Mutex
 	attempts map[int64]*attempt // running or adopted, until their Exited
+	seen     map[int64]bool     // every attempt started or adopted here: none starts again
 	held     []*os.File         // locks of attempts declared over without an exit.json, released by Close
 	idle     []*warmShim        // warm shims waiting for an attempt
 	closed   bool
@@ -131,30 +132,23 @@ type attempt struct {
 // New returns a backend with cfg's defaults filled in.
 func New(cfg Config) (*Backend, error) {
 	b := &Backend{
-		capacity: cfg.Capacity,
 		shim:     cfg.ShimCommand,
 		gang:     cfg.GangCommand,
 		clock:    clock.Or(cfg.Clock),
 		poll:     cfg.PollInterval,
 		attempts: make(map[int64]*attempt),
+		seen:     make(map[int64]bool),
 	}
-	if b.capacity == (virga.Resources{}) && len(cfg.Pools) == 0 {
+	capacity := cfg.Capacity
+	if capacity == (virga.Resources{}) && len(cfg.Pools) == 0 {
 		mem, err := memTotalMB()
 		if err != nil {
 			return nil, fmt.Errorf("local backend: detecting capacity: %w", err)
 		}
-		b.capacity = virga.Resources{CPU: float64(runtime.NumCPU()), MemoryMB: mem}
+		capacity = virga.Resources{CPU: float64(runtime.NumCPU()), MemoryMB: mem}
 	}
-	pools, err := newPools(cfg.Pools, b.capacity)
-	if err != nil {
+	if err := b.newPools(cfg.Pools, capacity); err != nil {
 		return nil, err
-	}
-	b.pools, b.named = pools, len(cfg.Pools) > 0
-	if b.named {
-		b.capacity = virga.Resources{}
-		for _, p := range pools {
-			b.capacity = b.capacity.Add(p.capacity)
-		}
 	}
 	if len(b.shim) == 0 {
 		exe, err := os.Executable()
@@ -242,19 +236,17 @@ func (b *Backend) Events() <-chan backend.Event { return b.q.Out() }
 func (b *Backend) Free() virga.Resources {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var free virga.Resources
-	for _, p := range b.pools {
-		if p.up {
-			free = free.Add(p.capacity.Sub(p.reserved))
-		}
-	}
-	return free
+	return b.acct.Free()
 }
 
 // Capacity returns the total resources the backend can ever offer
 // (Config.Capacity, or this machine's, or the sum of the pools'), whatever
 // runs.
-func (b *Backend) Capacity() virga.Resources { return b.capacity }
+func (b *Backend) Capacity() virga.Resources {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.acct.Capacity()
+}
 
 // Start reserves the attempt's resources and hands the attempt to a warm
 // shim, or launches one; it returns without waiting for the trial. An empty
@@ -263,8 +255,8 @@ func (b *Backend) Capacity() virga.Resources { return b.capacity }
 // Exited follows when the shim ends. Start returns an error wrapping
 // ErrNoCapacity if the resources do not fit in the pool's free capacity or
 // the pool is down, and one wrapping
-// virga.ErrConflict if the attempt is running here or its directory records
-// an earlier run. A trial that cannot be executed (no such command, bad
+// virga.ErrConflict if the attempt runs or ran here (started or adopted) or
+// its directory records an earlier run. A trial that cannot be executed (no such command, bad
 // workdir) is not a Start error: it ends with exit code 127 and a Message.
 func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	if err := ctx.Err(); err != nil {
@@ -305,29 +297,33 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	// 1. Reserve in the pool, and apply a reclaim under way.
 	a := &attempt{id: s.AttemptID, dir: s.Dir, res: s.Resources, pool: p}
 	b.mu.Lock()
-	switch free := p.capacity.Sub(p.reserved); {
+	switch free := p.Free(); {
 	case b.closed:
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: the local backend is closed", s.AttemptID)
 	case b.attempts[s.AttemptID] != nil:
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: already running: %w", s.AttemptID, virga.ErrConflict)
-	case !p.up:
+	case b.seen[s.AttemptID]:
+		b.mu.Unlock()
+		return fmt.Errorf("starting attempt %d: it ran here already: %w", s.AttemptID, virga.ErrConflict)
+	case !p.Up():
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, downError(p))
 	case !s.Resources.Fits(free):
 		b.mu.Unlock()
 		in := ""
 		if b.named {
-			in = " in pool " + p.name
+			in = " in pool " + p.Name
 		}
 		return fmt.Errorf("starting attempt %d: needs %s, free%s %s: %w", s.AttemptID, fmtRes(s.Resources), in, fmtRes(free), ErrNoCapacity)
 	}
-	p.reserved = p.reserved.Add(s.Resources)
+	p.Reserve(s.Resources)
 	b.attempts[s.AttemptID] = a
+	b.seen[s.AttemptID] = true
 	b.mu.Unlock()
 	if b.named {
-		writePoolFile(s.Dir, p.name)
+		writePoolFile(s.Dir, p.Name)
 	}
 	b.mu.Lock()
 	b.joinPoolLocked(a, p) // after the pool file: it may write PreemptFile
@@ -340,8 +336,9 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	}
 	if err != nil {
 		b.mu.Lock()
-		p.reserved = p.reserved.Sub(s.Resources)
+		p.Release(s.Resources)
 		delete(b.attempts, s.AttemptID)
+		delete(b.seen, s.AttemptID) // it never ran: it may be started again
 		a.done = true
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, err)
@@ -389,13 +386,18 @@ func trialEnv(s *backend.StartSpec) []string {
 }
 
 // watchChild follows a shim this backend launched: Started when the trial's
-// pid arrives on the pipe, Exited when the shim ends. After Close it still
-// reaps the shim but emits nothing.
+// pid arrives on the pipe (timed when the shim started the trial, not when
+// the pipe was read: a short trial may have ended by then), Exited when the
+// shim ends. After Close it still reaps the shim but emits nothing.
 func (b *Backend) watchChild(a *attempt, cmd *exec.Cmd, pidR *os.File) {
-	line, _ := bufio.NewReaderSize(pidR, 32).ReadString('\n')
+	line, _ := bufio.NewReaderSize(pidR, 64).ReadString('\n')
 	pidR.Close()
-	if pid, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && pid > 0 {
-		b.started(a, pid, b.now())
+	if pid, at, ok := parsePIDLine(line); ok {
+		t := b.now()
+		if !at.IsZero() {
+			t = b.observed(at)
+		}
+		b.started(a, pid, t)
 	}
 	_ = cmd.Wait() // the status is in ProcessState
 	ev := b.shimExitEvent(a, cmd.ProcessState)
@@ -413,7 +415,7 @@ func (b *Backend) watchChild(a *attempt, cmd *exec.Cmd, pidR *os.File) {
 func (b *Backend) shimExitEvent(a *attempt, st *os.ProcessState) backend.Event {
 	rec, err := readExitRecord(a.dir)
 	if err == nil {
-		return exitEvent(a.id, rec, b.now())
+		return b.exitEvent(a.id, rec)
 	}
 	now := b.now()
 	switch {
@@ -451,7 +453,7 @@ func (b *Backend) poolName(a *attempt) string {
 	if a.pool == nil {
 		return ""
 	}
-	return a.pool.name
+	return a.pool.Name
 }
 
 // finish releases the attempt's resources, forgets it and emits ev (its
@@ -468,7 +470,7 @@ func (b *Backend) finish(a *attempt, ev backend.Event) {
 		a.killTimer.Stop()
 	}
 	if a.pool != nil {
-		a.pool.reserved = a.pool.reserved.Sub(a.res)
+		a.pool.Release(a.res)
 	}
 	if b.attempts[a.id] == a {
 		delete(b.attempts, a.id)
@@ -557,6 +559,18 @@ func (b *Backend) wall(t time.Time) time.Time {
 		return t
 	}
 	return time.Now().Add(t.Sub(b.now()))
+}
+
+// observed is the time of an event that a shim recorded at t on the wall
+// clock: t itself on the real clock (when it happened, not when the
+// backend learnt it: a trial's start read late from the pipe would
+// otherwise come after its end), and now on an injected clock, which times
+// every event when the backend observes it.
+func (b *Backend) observed(t time.Time) time.Time {
+	if _, ok := b.clock.(clock.Real); ok {
+		return t
+	}
+	return b.now()
 }
 
 // fromWall converts t on the wall clock to the backend's clock.

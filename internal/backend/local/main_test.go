@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virga-ml/virga/internal/agent"
 	"github.com/virga-ml/virga/internal/backend"
 )
 
@@ -17,6 +18,10 @@ import (
 const shimEnv = "VIRGA_TEST_SHIM"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "gang" {
+		// The gang launcher (Config.GangCommand), started by a shim.
+		os.Exit(agent.GangMain(os.Args[2:]))
+	}
 	if os.Getenv(shimEnv) == "1" {
 		os.Exit(ShimMain(os.Args[1:]))
 	}
@@ -34,6 +39,9 @@ func TestMain(m *testing.M) {
 func newBackend(t testing.TB, cfg Config) *Backend {
 	t.Helper()
 	cfg.ShimCommand = []string{os.Args[0]}
+	if cfg.GangCommand == nil {
+		cfg.GangCommand = []string{os.Args[0], "gang"}
+	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond
 	}

@@ -53,79 +53,68 @@ type preemptRecord struct {
 	KillAtNS  int64     `json:"kill_at_ns"` // wall clock, Unix nanoseconds
 }
 
-// capPool is the backend's state of one pool. name, capacity, avail and
-// warning are fixed; the rest is guarded by Backend.mu.
+// capPool is the backend's state of one pool: its bookkeeping (one of
+// Backend.acct's), and the emulation of its availability. avail is fixed;
+// the rest is guarded by Backend.mu.
 type capPool struct {
-	name     string
-	capacity virga.Resources
-	avail    backend.Availability // nil: always up
-	warning  time.Duration
-
-	reserved virga.Resources
-	up       bool
-	next     time.Time // when up next changes; zero: never
+	*backend.Pool
+	avail backend.Availability // nil: always up
 	// reclaimAt is the time of the next reclaim once its warning has begun
 	// (attempts on the pool are being stopped); zero otherwise.
 	reclaimAt time.Time
 }
 
-// newPools validates cfg's pools and returns them; with none, one unnamed
-// pool of capacity.
-func newPools(cfg []Pool, capacity virga.Resources) ([]*capPool, error) {
+// newPools validates cfg's pools and sets b's; with none, one unnamed pool
+// of capacity.
+func (b *Backend) newPools(cfg []Pool, capacity virga.Resources) error {
 	if len(cfg) == 0 {
-		return []*capPool{{capacity: capacity, up: true}}, nil
+		b.acct = backend.NewPools(false, []backend.Pool{{Capacity: capacity}})
+		b.pools = []*capPool{{Pool: b.acct.Default()}}
+		return nil
 	}
 	seen := map[string]bool{}
-	var out []*capPool
+	var accts []backend.Pool
 	for i, pc := range cfg {
 		switch {
 		case pc.Name == "":
-			return nil, fmt.Errorf("local backend: pool %d has no name", i+1)
+			return fmt.Errorf("local backend: pool %d has no name", i+1)
 		case seen[pc.Name]:
-			return nil, fmt.Errorf("local backend: pool %q is configured twice", pc.Name)
+			return fmt.Errorf("local backend: pool %q is configured twice", pc.Name)
 		case pc.Capacity.CPU < 0 || pc.Capacity.MemoryMB < 0 || pc.Capacity.GPU < 0 || pc.Capacity == (virga.Resources{}):
-			return nil, fmt.Errorf("local backend: pool %q: capacity %s; give it some cpu, memory or gpu, none negative", pc.Name, fmtRes(pc.Capacity))
+			return fmt.Errorf("local backend: pool %q: capacity %s; give it some cpu, memory or gpu, none negative", pc.Name, fmtRes(pc.Capacity))
 		case pc.Warning < 0:
-			return nil, fmt.Errorf("local backend: pool %q: negative warning %s", pc.Name, pc.Warning)
+			return fmt.Errorf("local backend: pool %q: negative warning %s", pc.Name, pc.Warning)
 		}
 		seen[pc.Name] = true
-		out = append(out, &capPool{name: pc.Name, capacity: pc.Capacity, avail: pc.Availability, warning: pc.Warning, up: true})
+		accts = append(accts, backend.Pool{Name: pc.Name, Capacity: pc.Capacity, Preemptible: pc.Availability != nil, Warning: pc.Warning})
 	}
-	return out, nil
+	b.acct, b.named = backend.NewPools(true, accts), true
+	for i, acct := range b.acct.All() {
+		b.pools = append(b.pools, &capPool{Pool: acct, avail: cfg[i].Availability})
+	}
+	return nil
 }
 
 // poolNamed returns the pool called name ("" is the default, the first).
 func (b *Backend) poolNamed(name string) (*capPool, error) {
-	if name == "" {
-		return b.pools[0], nil
+	acct, err := b.acct.Get(name) // fixed after New: no lock needed
+	if err != nil {
+		return nil, err
 	}
-	names := make([]string, 0, len(b.pools))
 	for _, p := range b.pools {
-		if p.name == name {
+		if p.Pool == acct {
 			return p, nil
 		}
-		names = append(names, p.name)
 	}
-	if !b.named {
-		return nil, fmt.Errorf("no pool named %q: this local backend has no pools configured", name)
-	}
-	return nil, fmt.Errorf("no pool named %q (the pools: %s)", name, strings.Join(names, ", "))
+	panic("local backend: a pool without its bookkeeping")
 }
 
 // Pools returns the status of each configured pool, in configured order, or
 // nil if none is configured (one unnamed pool of all the capacity).
 func (b *Backend) Pools() []backend.PoolStatus {
-	if !b.named {
-		return nil
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]backend.PoolStatus, len(b.pools))
-	for i, p := range b.pools {
-		out[i] = backend.PoolStatus{Name: p.name, Capacity: p.capacity, Free: p.capacity.Sub(p.reserved),
-			Preemptible: p.avail != nil, Up: p.up, Next: p.next, Warning: p.warning}
-	}
-	return out
+	return b.acct.Status()
 }
 
 // startEmulation sets each preemptible pool's state at the backend's start
@@ -150,14 +139,14 @@ func (b *Backend) emulate(p *capPool) {
 	defer b.wg.Done()
 	for {
 		b.mu.Lock()
-		up, next, reclaimAt := p.up, p.next, p.reclaimAt
+		up, next, reclaimAt := p.Up(), p.Next(), p.reclaimAt
 		b.mu.Unlock()
 		var wake time.Time
 		switch {
 		case up && !reclaimAt.IsZero():
 			wake = reclaimAt
 		case up && !next.IsZero():
-			wake = next.Add(-p.warning)
+			wake = next.Add(-p.Warning)
 		case !next.IsZero():
 			wake = next
 		default:
@@ -201,9 +190,9 @@ func (b *Backend) refreshLocked(p *capPool) {
 	if !next.IsZero() && !next.After(now) {
 		next = time.Time{} // against the contract: taken as never changing
 	}
-	p.up, p.next = up, next
+	p.SetUp(up, next)
 	switch {
-	case up && !next.IsZero() && !now.Before(next.Add(-p.warning)):
+	case up && !next.IsZero() && !now.Before(next.Add(-p.Warning)):
 		p.reclaimAt = next
 	case up:
 		p.reclaimAt = time.Time{}
@@ -241,7 +230,7 @@ func (b *Backend) preemptLocked(a *attempt, reclaimAt time.Time) {
 	if now := b.now(); reclaimAt.Before(now) {
 		a.preemptKillAt = now
 	}
-	rec := preemptRecord{Pool: a.pool.name, ReclaimAt: reclaimAt, KillAtNS: b.wall(a.preemptKillAt).UnixNano()}
+	rec := preemptRecord{Pool: a.pool.Name, ReclaimAt: reclaimAt, KillAtNS: b.wall(a.preemptKillAt).UnixNano()}
 	// Best effort: without it, a server adopting the attempt would not know.
 	_ = writeJSONAtomic(filepath.Join(a.dir, PreemptFile), rec, false)
 	if a.pid != 0 {
@@ -278,8 +267,8 @@ func readPoolFile(dir string) string {
 // downError is Start's error for a pool that is down.
 func downError(p *capPool) error {
 	until := "for good"
-	if !p.next.IsZero() {
-		until = "until " + p.next.Format(time.RFC3339)
+	if !p.Next().IsZero() {
+		until = "until " + p.Next().Format(time.RFC3339)
 	}
-	return fmt.Errorf("pool %s is down (its capacity was reclaimed) %s: %w", p.name, until, ErrNoCapacity)
+	return fmt.Errorf("pool %s is down (its capacity was reclaimed) %s: %w", p.Name, until, ErrNoCapacity)
 }

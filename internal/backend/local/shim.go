@@ -85,8 +85,9 @@ type shimSpec struct {
 //	--dir DIR               the attempt's directory (required; must exist)
 //	--workdir DIR           the trial's working directory (default: the shim's)
 //	--report-url URL        where VIRGA_METRIC lines are POSTed (default: not posted)
-//	--pid-fd N              write the trial's pid and a newline to this inherited
-//	                        file descriptor, then close it (default -1: none)
+//	--pid-fd N              write the trial's pid, a space, the time it started (Unix
+//	                        nanoseconds) and a newline to this inherited file
+//	                        descriptor, then close it (default -1: none)
 //	--report-retry D        how long one report is retried (default 60s)
 //	--flush-timeout D       how long pending reports may take after the trial ends (default 10s)
 //	--drain D               how long the rest of the trial's process group may run on after
@@ -305,7 +306,8 @@ func runShim(o *shimOptions) int {
 	pid := cmd.Process.Pid
 	startedAt := time.Now()
 	if pidOut != nil {
-		_, _ = fmt.Fprintf(pidOut, "%d\n", pid) // the reader may be gone; shim.json has it too
+		// The reader may be gone; shim.json has both too.
+		_, _ = fmt.Fprintf(pidOut, "%d %d\n", pid, startedAt.UnixNano())
 		pidOut.Close()
 		pidOut = nil
 	}

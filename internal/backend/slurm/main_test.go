@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -29,6 +30,7 @@ func TestMain(m *testing.M) {
 //	run SECONDS CODE [NODE]   sleep, then exit CODE (only on node NODE if given;
 //	                          the other nodes sleep on)
 //	ignore-term ...           as run, but SIGTERM is recorded and ignored
+//	sh ...                    the real agent runs the trial (agent.Run)
 //
 // On SIGTERM (unless ignored) it exits TERMCODE from Env (default 143)
 // after Env["TERM_DELAY"] seconds.
@@ -37,6 +39,16 @@ func fakeAgent() int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake agent:", err)
 		return 90
+	}
+	if spec.Argv[0] == "sh" {
+		// A shell trial (the conformance suite's): the real agent runs it.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		code, err := agent.Run(ctx, agent.Options{Spec: spec})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "virga agent:", err)
+		}
+		return min(code, 255)
 	}
 	node := os.Getenv("SLURM_NODEID")
 	dir := spec.Env["MARKERS"]

@@ -72,8 +72,8 @@ func TestExitEvent(t *testing.T) {
 		preempted bool
 	}{
 		{i: 1, code: 3},
-		{i: 2, code: 143, preempted: true},                               // preempted, exited on SIGTERM
-		{i: 2, stopping: true, code: 143},                                // Virga's stop wins
+		{i: 2, code: -1, signal: "terminated", preempted: true},          // preempted, died of its SIGTERM (143)
+		{i: 2, stopping: true, code: -1, signal: "terminated"},           // Virga's stop wins
 		{i: 3, code: -1, signal: "killed", preempted: true},              // killed after GraceTime
 		{i: 4, code: 0, preempted: true},                                 // warned of its time limit
 		{i: 3, stopping: true, killed: true, code: -1, signal: "killed"}, // Virga's SIGKILL

@@ -119,11 +119,11 @@ type Stats struct {
 // warns it of its time limit.
 const warnComment = "virga:time-limit"
 
-// pool is the backend's state of one configured pool.
+// pool is one configured pool and its bookkeeping (acct, one of
+// Backend.acct's, guarded by Backend.mu).
 type pool struct {
 	Pool
-	capacity virga.Resources
-	reserved virga.Resources // guarded by Backend.mu
+	acct *backend.Pool
 }
 
 // attempt is one attempt the backend watches, from Start or Adopt until its
@@ -154,15 +154,14 @@ type attempt struct {
 // backend.Pooled, backend.Reaper (and so backend.Adopter), backend.Sizer
 // and backend.Remote.
 type Backend struct {
-	cfg      Config
-	pools    []*pool
-	named    bool
-	capacity virga.Resources
-	loc      *time.Location
-	clock    clock.Clock
-	now      func() time.Time // clock.Now
-	log      *slog.Logger
-	q        *backend.EventQueue
+	cfg   Config
+	pools []*pool        // in the order of acct's
+	acct  *backend.Pools // guarded by mu
+	loc   *time.Location
+	clock clock.Clock
+	now   func() time.Time // clock.Now
+	log   *slog.Logger
+	q     *backend.EventQueue
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -229,6 +228,8 @@ func New(cfg Config) (*Backend, error) {
 		b.log = slog.New(slog.DiscardHandler)
 	}
 	seen := map[string]bool{}
+	var accts []backend.Pool
+	named := false
 	for i, pc := range cfg.Pools {
 		switch {
 		case pc.Name == "" && len(cfg.Pools) > 1:
@@ -243,13 +244,13 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("slurm backend: pool %q: negative warning or time limit", pc.Name)
 		}
 		seen[pc.Name] = true
-		p := &pool{Pool: pc}
-		p.capacity = virga.Resources{CPU: pc.Node.CPU * float64(pc.Nodes), MemoryMB: pc.Node.MemoryMB * int64(pc.Nodes), GPU: pc.Node.GPU * pc.Nodes}
-		b.pools = append(b.pools, p)
-		b.capacity = b.capacity.Add(p.capacity)
-		if pc.Name != "" {
-			b.named = true
-		}
+		accts = append(accts, backend.Pool{Name: pc.Name, Preemptible: pc.Preemptible, Warning: pc.Warning,
+			Capacity: virga.Resources{CPU: pc.Node.CPU * float64(pc.Nodes), MemoryMB: pc.Node.MemoryMB * int64(pc.Nodes), GPU: pc.Node.GPU * pc.Nodes}})
+		named = named || pc.Name != ""
+	}
+	b.acct = backend.NewPools(named, accts)
+	for i, acct := range b.acct.All() {
+		b.pools = append(b.pools, &pool{Pool: cfg.Pools[i], acct: acct})
 	}
 	b.q = backend.NewEventQueue()
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -282,7 +283,11 @@ func (b *Backend) Stats() Stats {
 }
 
 // Capacity returns the sum of the pools' capacities.
-func (b *Backend) Capacity() virga.Resources { return b.capacity }
+func (b *Backend) Capacity() virga.Resources {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.acct.Capacity()
+}
 
 // Free returns what Virga's pending and running attempts leave of the pools.
 // It knows nothing of other users' jobs: a job that fits may still wait in
@@ -290,42 +295,30 @@ func (b *Backend) Capacity() virga.Resources { return b.capacity }
 func (b *Backend) Free() virga.Resources {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var free virga.Resources
-	for _, p := range b.pools {
-		free = free.Add(p.capacity.Sub(p.reserved))
-	}
-	return free
+	return b.acct.Free()
 }
 
 // Pools returns each pool's status, or nil for a single unnamed pool.
 // Slurm pools are always up: a preemption comes without notice beyond the
 // partition's GraceTime.
 func (b *Backend) Pools() []backend.PoolStatus {
-	if !b.named {
-		return nil
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]backend.PoolStatus, len(b.pools))
-	for i, p := range b.pools {
-		out[i] = backend.PoolStatus{Name: p.Name, Capacity: p.capacity, Free: p.capacity.Sub(p.reserved),
-			Preemptible: p.Preemptible, Up: true, Warning: p.Warning}
-	}
-	return out
+	return b.acct.Status()
 }
 
+// poolNamed returns the pool called name ("": the default).
 func (b *Backend) poolNamed(name string) (*pool, error) {
-	if name == "" {
-		return b.pools[0], nil
+	acct, err := b.acct.Get(name) // fixed after New: no lock needed
+	if err != nil {
+		return nil, err
 	}
-	names := make([]string, 0, len(b.pools))
 	for _, p := range b.pools {
-		if p.Name == name {
+		if p.acct == acct {
 			return p, nil
 		}
-		names = append(names, p.Name)
 	}
-	return nil, fmt.Errorf("no pool named %q (the pools: %s)", name, strings.Join(names, ", "))
+	panic("slurm backend: a pool without its bookkeeping")
 }
 
 // Start submits the attempt's job, held, and releases it once sbatch has
@@ -367,12 +360,12 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	case b.seen[s.AttemptID]:
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: already started here: %w", s.AttemptID, virga.ErrConflict)
-	case !s.Resources.Fits(p.capacity.Sub(p.reserved)):
+	case !p.acct.Fits(s.Resources):
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d on pool %q: %w", s.AttemptID, p.Name, virga.ErrNoCapacity)
 	}
 	b.seen[s.AttemptID] = true
-	p.reserved = p.reserved.Add(a.res)
+	p.acct.Reserve(a.res)
 	// Watched from now on (a Stop while sbatch runs is carried out once
 	// the job exists); the poll leaves it alone until it is submitted.
 	a.submitting = true
@@ -392,7 +385,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 		b.mu.Lock()
 		b.watchOrphansLocked() // or may yet submit it
 		delete(b.attempts, a.id)
-		p.reserved = p.reserved.Sub(a.res)
+		p.acct.Release(a.res)
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, err)
 	}
@@ -666,7 +659,7 @@ func (b *Backend) Adopt(ctx context.Context, at *virga.Attempt, res virga.Resour
 	a := &attempt{id: at.ID, name: JobName(b.cfg.JobPrefix, at.ID), pool: p, res: res, seq: b.seq, adopted: true}
 	b.seen[at.ID] = true
 	b.attempts[at.ID] = a
-	p.reserved = p.reserved.Add(res)
+	p.acct.Reserve(res)
 	b.wake()
 	return nil
 }
@@ -930,6 +923,10 @@ func exitEvent(a *attempt, j *Job, now time.Time) backend.Event {
 		if a.stopping && !a.killed {
 			ev.Signal = "terminated"
 		}
+	case backend.StatusSignal(j.ExitCode()) != "":
+		// The agent (or the batch shell) ended with 128+N: the trial
+		// died of signal N.
+		ev.Signal = backend.StatusSignal(j.ExitCode())
 	default:
 		code := j.ExitCode()
 		ev.ExitCode = &code
@@ -975,7 +972,7 @@ func (b *Backend) exitLocked(a *attempt, ev backend.Event) {
 		a.timer.Stop()
 	}
 	delete(b.attempts, a.id)
-	a.pool.reserved = a.pool.reserved.Sub(a.res)
+	a.pool.acct.Release(a.res)
 	ev.Pool = a.pool.Name
 	b.q.Push(ev)
 }
