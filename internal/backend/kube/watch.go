@@ -28,6 +28,7 @@ type attempt struct {
 	stopping  bool // Stop was called
 	stopGrace time.Duration
 	started   bool
+	startedT  time.Time // the Time of its Started event
 	exited    bool
 	pods      []*podState // by rank
 
@@ -310,6 +311,7 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 		if t.IsZero() || t.After(now) {
 			t = now
 		}
+		a.startedT = t
 		b.q.Push(backend.Event{AttemptID: a.id, Kind: backend.Started, Time: t, Pool: a.poolName(),
 			Message: strings.Join(nodes, ", ")})
 	}
@@ -360,8 +362,14 @@ func (b *Backend) evaluate(a *attempt) (dels []string) {
 		if t.Reason != "" && t.Reason != "Completed" && t.Reason != "Error" {
 			msg = append(msg, fmt.Sprintf("pod %s: container %s", podName(a.name, src), t.Reason))
 		}
+		// The container's end, unless that is before the attempt's
+		// Started: a gang's node that failed before the last one started,
+		// or a status recorded to the second only.
 		if !t.FinishedAt.IsZero() && !t.FinishedAt.After(now) {
 			ev.Time = t.FinishedAt.Time
+			if a.started && ev.Time.Before(a.startedT) {
+				ev.Time = a.startedT
+			}
 		}
 	} else {
 		switch {
