@@ -259,8 +259,9 @@ func (w *writer) attempt(a *virga.Attempt) error {
 	row.StartedAt, row.EndedAt, row.Pool, row.Cost, row.LostCost = started, ended, a.Pool, cost, lost
 	w.setLive(row, old.State != virga.AttemptExited)
 	w.undo = append(w.undo, func() {
+		wasLive := row.State != virga.AttemptExited
 		*row = old
-		w.setLive(row, row.State != virga.AttemptExited)
+		w.setLive(row, wasLive)
 	})
 	return nil
 }
