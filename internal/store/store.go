@@ -1,6 +1,7 @@
 // Package store defines how Virga persists its state: one interface with an
-// embedded SQLite implementation (the default) and a PostgreSQL one, both
-// passing the conformance suite in storetest. It decides nothing: the control
+// embedded SQLite implementation (the default), a PostgreSQL one and an
+// in-memory one for the simulator (memory), all passing the conformance
+// suite in storetest. It decides nothing: the control
 // loop is its only writer and says what to commit.
 package store
 
@@ -108,6 +109,8 @@ type Token struct {
 // Store is Virga's persistent state. Implementations are safe for concurrent
 // use; every method that returns successfully has made its change durable.
 // Lookups of a missing object return an error wrapping virga.ErrNotFound.
+// What a read returns belongs to the caller, who may change it; what a write
+// is given is not kept (the caller may change it after the call returns).
 type Store interface {
 	Models
 

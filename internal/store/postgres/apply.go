@@ -9,6 +9,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/column"
+	"github.com/virga-ml/virga/internal/store/sqlstore"
 )
 
 // Apply commits b in one transaction (see store.Batch). On failure nothing
@@ -110,15 +111,6 @@ func (q *queue) exec(what string, sql string, args ...any) {
 	}
 }
 
-// The columns of the rows read back (see read.go) and inserted.
-const (
-	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at, reason`
-	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
-	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction, reason`
-	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
-	created_at, started_at, ended_at, pool, cost, lost_cost`
-)
-
 // An update leaves the columns fixed at insertion alone (see store.Batch).
 
 func (q *queue) experiment(e *virga.Experiment) error {
@@ -130,7 +122,7 @@ func (q *queue) experiment(e *virga.Experiment) error {
 		if enc.Err != nil {
 			return fmt.Errorf("experiment %q: %w", e.Name, enc.Err)
 		}
-		q.insert("experiment", &e.ID, `INSERT INTO experiments (`+experimentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
+		q.insert("experiment", &e.ID, `INSERT INTO experiments (`+sqlstore.ExperimentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
 			args...)
 		return nil
 	}
@@ -155,7 +147,7 @@ func (q *queue) trial(t *virga.Trial) error {
 		if enc.Err != nil {
 			return fmt.Errorf("trial %d of experiment %d: %w", t.Seq, t.ExperimentID, enc.Err)
 		}
-		q.insert(what, &t.ID, `INSERT INTO trials (`+trialCols+`)
+		q.insert(what, &t.ID, `INSERT INTO trials (`+sqlstore.TrialCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) RETURNING id`,
 			args...)
 		return nil
@@ -189,7 +181,7 @@ func (q *queue) newAttempt(na store.NewAttempt) error {
 		return fmt.Errorf("attempt %d of trial %d of experiment %d: %w", a.Number, t.Seq, t.ExperimentID, enc.Err)
 	}
 	what := fmt.Sprintf("attempt (trial %d of experiment %d, number %d)", t.Seq, t.ExperimentID, a.Number)
-	q.b.Queue(`INSERT INTO attempts (`+attemptCols+`)
+	q.b.Queue(`INSERT INTO attempts (`+sqlstore.AttemptCols+`)
 		VALUES ((SELECT id FROM trials WHERE experiment_id = $1 AND seq = $2), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
 			$16, $17, $18)
 		RETURNING id, trial_id`, args...).Fn = func(br pgx.BatchResults) error {
@@ -213,7 +205,7 @@ func (q *queue) attempt(a *virga.Attempt) error {
 		if enc.Err != nil {
 			return fmt.Errorf("attempt %d of trial %d: %w", a.Number, a.TrialID, enc.Err)
 		}
-		q.insert(what, &a.ID, `INSERT INTO attempts (`+attemptCols+`)
+		q.insert(what, &a.ID, `INSERT INTO attempts (`+sqlstore.AttemptCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id`,
 			args...)
 		return nil

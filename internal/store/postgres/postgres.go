@@ -28,6 +28,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/migrations"
+	"github.com/virga-ml/virga/internal/store/sqlstore"
 )
 
 // DefaultMaxConns is the default bound on open connections; set another with
@@ -43,6 +44,10 @@ const DefaultMaxConns = 8
 // Best is stored as NULL and comes back nil; NaN and infinite metric values
 // and Trial.Prediction numbers round-trip; empty byte slices come back nil.
 type Store struct {
+	// Reader gives the reads (Experiment, Trials, Metrics, ...), shared
+	// with the SQLite store, run on pooled connections.
+	*sqlstore.Reader
+
 	pool      *pool
 	closeOnce sync.Once
 	closeErr  error
@@ -67,6 +72,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
 	s := &Store{pool: newPool(cfg, maxConns)}
+	s.Reader = sqlstore.NewReader(readers{s}, dialect)
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		if Unavailable(err) && ctx.Err() == nil {

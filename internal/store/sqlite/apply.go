@@ -10,6 +10,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/column"
+	"github.com/virga-ml/virga/internal/store/sqlstore"
 )
 
 // Apply commits b in one transaction (see store.Batch). On failure nothing
@@ -177,26 +178,17 @@ func (w *writer) upsert(what string, id *int64, insert, update *sql.Stmt, insert
 	return nil
 }
 
-// The columns of the rows read back (see read.go) and inserted.
-const (
-	experimentCols = `name, state, spec, spec_file, searcher_state, message, created_at, updated_at, ended_at, reason`
-	trialCols      = `experiment_id, seq, request, state, hparams, attempts, restarts, step, latest, best,
-	best_step, checkpoint, message, created_at, updated_at, ended_at, parent, parent_checkpoint, parent_step, prediction, reason`
-	attemptCols = `trial_id, number, state, outcome, backend, pid, exit_code, signal, restored, dir, message,
-	created_at, started_at, ended_at, pool, cost, lost_cost`
-)
-
 // The statements of the rows that are inserted and updated. An update leaves
 // the columns fixed at insertion alone (see store.Batch).
 const (
-	insertExperiment = `INSERT INTO experiments (` + experimentCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	insertExperiment = `INSERT INTO experiments (` + sqlstore.ExperimentCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateExperiment = `UPDATE experiments SET state = ?, searcher_state = ?, message = ?, updated_at = ?,
 		ended_at = ?, reason = ? WHERE id = ?`
-	insertTrial = `INSERT INTO trials (` + trialCols + `)
+	insertTrial = `INSERT INTO trials (` + sqlstore.TrialCols + `)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateTrial = `UPDATE trials SET state = ?, attempts = ?, restarts = ?, step = ?, latest = ?, best = ?,
 		best_step = ?, checkpoint = ?, message = ?, updated_at = ?, ended_at = ?, prediction = ?, reason = ? WHERE id = ?`
-	insertAttempt = `INSERT INTO attempts (` + attemptCols + `)
+	insertAttempt = `INSERT INTO attempts (` + sqlstore.AttemptCols + `)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	updateAttempt = `UPDATE attempts SET state = ?, outcome = ?, pid = ?, exit_code = ?, signal = ?,
 		restored = ?, dir = ?, message = ?, started_at = ?, ended_at = ?, pool = ?, cost = ?, lost_cost = ? WHERE id = ?`

@@ -9,33 +9,8 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store/column"
+	"github.com/virga-ml/virga/internal/store/sqlstore"
 )
-
-// modelVersionCols are the columns scanModelVersion reads, in its order.
-const modelVersionCols = `name, version, files_id, size, files, format, signature, experiment_id, trial_id, step,
-	checkpoint_id, hparams, metrics, description, created_at`
-
-func scanModelVersion(r scanner) (*virga.ModelVersion, error) {
-	var v virga.ModelVersion
-	var sig, hp, metrics string
-	var created *int64
-	if err := r.Scan(&v.Name, &v.Version, &v.FilesID, &v.Size, &v.Files, &v.Format, &sig, &v.ExperimentID,
-		&v.TrialID, &v.Step, &v.CheckpointID, &hp, &metrics, &v.Description, &created); err != nil {
-		return nil, err
-	}
-	v.CreatedAt = column.DecTime(created)
-	var err error
-	if v.Signature, err = column.DecSignature(sig); err != nil {
-		return nil, fmt.Errorf("model %s version %d: %w", v.Name, v.Version, err)
-	}
-	if v.HParams, err = column.DecHParams(hp); err != nil {
-		return nil, fmt.Errorf("model %s version %d: %w", v.Name, v.Version, err)
-	}
-	if v.Metrics, err = column.DecValues(metrics); err != nil {
-		return nil, fmt.Errorf("model %s version %d: %w", v.Name, v.Version, err)
-	}
-	return &v, nil
-}
 
 // modelTx runs fn in a write transaction and commits if it succeeds.
 func (s *Store) modelTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
@@ -70,7 +45,7 @@ func (s *Store) RegisterModelVersion(ctx context.Context, v *virga.ModelVersion)
 			v.Name, created).Scan(&version); err != nil {
 			return wrap(err, "numbering the version")
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO model_versions (`+modelVersionCols+`)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO model_versions (`+sqlstore.ModelVersionCols+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			v.Name, version, v.FilesID, v.Size, v.Files, v.Format, sig, v.ExperimentID, v.TrialID, v.Step,
 			v.CheckpointID, hp, metrics, v.Description, created); err != nil {
@@ -83,48 +58,6 @@ func (s *Store) RegisterModelVersion(ctx context.Context, v *virga.ModelVersion)
 	}
 	v.Version = version
 	return nil
-}
-
-// Models lists the models that have at least one version, by name.
-func (s *Store) Models(ctx context.Context) ([]virga.Model, error) {
-	return list(ctx, s, "models", func(r scanner) (virga.Model, error) {
-		var m virga.Model
-		var updated *int64
-		err := r.Scan(&m.Name, &m.Versions, &m.Latest, &updated)
-		m.UpdatedAt = column.DecTime(updated)
-		return m, err
-	}, `SELECT name, COUNT(*), MAX(version), MAX(created_at) FROM model_versions GROUP BY name ORDER BY name`)
-}
-
-// ModelVersions lists a model's versions, oldest first.
-func (s *Store) ModelVersions(ctx context.Context, name string) ([]*virga.ModelVersion, error) {
-	return list(ctx, s, "model versions", scanModelVersion,
-		`SELECT `+modelVersionCols+` FROM model_versions WHERE name = ? ORDER BY version`, name)
-}
-
-// ModelVersion returns one version of a model; 0 means its newest.
-func (s *Store) ModelVersion(ctx context.Context, name string, version int64) (*virga.ModelVersion, error) {
-	if version == 0 {
-		return one(ctx, s, fmt.Sprintf("model %s: no version", name), scanModelVersion,
-			`SELECT `+modelVersionCols+` FROM model_versions WHERE name = ? ORDER BY version DESC LIMIT 1`, name)
-	}
-	return one(ctx, s, fmt.Sprintf("model %s version %d", name, version), scanModelVersion,
-		`SELECT `+modelVersionCols+` FROM model_versions WHERE name = ? AND version = ?`, name, version)
-}
-
-// ModelAliases lists a model's aliases, or every model's for name "".
-func (s *Store) ModelAliases(ctx context.Context, name string) ([]virga.ModelAlias, error) {
-	q, args := `SELECT name, alias, version, updated_at FROM model_aliases`, []any{}
-	if name != "" {
-		q, args = q+` WHERE name = ?`, append(args, name)
-	}
-	return list(ctx, s, "model aliases", func(r scanner) (virga.ModelAlias, error) {
-		var a virga.ModelAlias
-		var updated *int64
-		err := r.Scan(&a.Name, &a.Alias, &a.Version, &updated)
-		a.UpdatedAt = column.DecTime(updated)
-		return a, err
-	}, q+` ORDER BY name, alias`, args...)
 }
 
 // SetModelAlias creates or moves an alias.

@@ -33,6 +33,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/migrations"
+	"github.com/virga-ml/virga/internal/store/sqlstore"
 )
 
 // busyTimeout is how long a statement waits for another process's lock on
@@ -51,6 +52,10 @@ const maxReaders = 4
 // Best is stored as NULL and comes back nil; NaN and infinite metric values
 // and Trial.Prediction numbers round-trip; empty byte slices come back nil.
 type Store struct {
+	// Reader gives the reads (Experiment, Trials, Metrics, ...), shared
+	// with the PostgreSQL store, run on r.
+	*sqlstore.Reader
+
 	path string
 	w    *sql.DB // the single writer connection
 	st   *stmts  // the writer's prepared statements
@@ -174,6 +179,7 @@ func OpenWith(ctx context.Context, path string, o Options) (*Store, error) {
 	}
 	s.r.SetMaxOpenConns(maxReaders)
 	s.r.SetMaxIdleConns(maxReaders)
+	s.Reader = sqlstore.NewReader(readers{s.r}, dialect)
 	if err := s.r.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("opening sqlite store %s: %w", abs, err)

@@ -577,3 +577,21 @@ func TestMetricLog(t *testing.T) {
 	}
 	check(open(t, path), "after Close and reopen")
 }
+
+// BenchmarkTrialLifecycle measures one trial's life from creation to end
+// (13 commits).
+func BenchmarkTrialLifecycle(b *testing.B) {
+	storetest.BenchmarkTrialLifecycle(b, open(b, filepath.Join(b.TempDir(), "virga.db")))
+}
+
+// BenchmarkTrialLifecycleSyncNormal is BenchmarkTrialLifecycle with
+// synchronous=normal.
+func BenchmarkTrialLifecycleSyncNormal(b *testing.B) {
+	s, err := sqlite.OpenWith(context.Background(), filepath.Join(b.TempDir(), "virga.db"),
+		sqlite.Options{Synchronous: sqlite.SyncNormal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	storetest.BenchmarkTrialLifecycle(b, s)
+}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,4 +87,62 @@ func BenchmarkApplyIngest(b *testing.B, s store.Store) {
 		}
 	}
 	b.ReportMetric(float64(b.N*nTrials)/b.Elapsed().Seconds(), "metrics/s")
+}
+
+// BenchmarkTrialLifecycle measures one trial's life as the control loop
+// commits it, per op: the trial with its first attempt and an event, the
+// attempt's start, 10 reports (a metric and the trial's progress each, a
+// checkpoint every fifth), the attempt's exit with the trial's end, and the
+// reads the loop makes of it (the trial, its attempts, its latest metric).
+// It reports trials/s. s must be empty. Every op's cost is independent of
+// how many trials came before only if the store indexes them, so a store
+// whose figure grows with -benchtime does not.
+func BenchmarkTrialLifecycle(b *testing.B, s store.Store) {
+	ctx := context.Background()
+	e := &virga.Experiment{Name: "bench", State: virga.ExperimentActive}
+	if err := s.Apply(ctx, &store.Batch{Experiments: []*virga.Experiment{e}}); err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for n := 0; b.Loop(); n++ {
+		t := &virga.Trial{ExperimentID: e.ID, Seq: n + 1, State: virga.TrialRunning, Attempts: 1,
+			HParams: map[string]any{"lr": 0.01, "layers": 3.0}, CreatedAt: now, UpdatedAt: now}
+		a := &virga.Attempt{Number: 1, State: virga.AttemptStarting, Backend: "sim", CreatedAt: now}
+		must(s.Apply(ctx, &store.Batch{Trials: []*virga.Trial{t}, NewAttempts: []store.NewAttempt{{Trial: t, Attempt: a}},
+			Events: []*virga.Event{{ExperimentID: e.ID, Kind: virga.EventAttemptCreated, Time: now}}}))
+		a.State, a.StartedAt = virga.AttemptRunning, now
+		must(s.Apply(ctx, &store.Batch{Attempts: []*virga.Attempt{a},
+			Events: []*virga.Event{{ExperimentID: e.ID, TrialID: t.ID, AttemptID: a.ID, Kind: virga.EventAttemptStarted, Time: now}}}))
+		for step := int64(1); step <= 10; step++ {
+			loss := 1 / float64(step)
+			t.Step, t.Latest, t.Best, t.BestStep = step, &loss, &loss, step
+			batch := &store.Batch{Trials: []*virga.Trial{t}, Metrics: []virga.Metric{{TrialID: t.ID, AttemptID: a.ID,
+				Step: step, Values: map[string]float64{"loss": loss}, Time: now}}}
+			if step%5 == 0 {
+				t.Checkpoint = fmt.Sprintf("%d-%d", t.ID, step)
+				batch.Checkpoints = []virga.Checkpoint{{TrialID: t.ID, ID: t.Checkpoint, AttemptID: a.ID, Step: step, Time: now}}
+			}
+			must(s.Apply(ctx, batch))
+		}
+		a.State, a.Outcome, a.EndedAt = virga.AttemptExited, virga.OutcomeSucceeded, now
+		must(t.Transition(virga.TrialCompleted, virga.ReasonSucceeded, "", now))
+		must(s.Apply(ctx, &store.Batch{Trials: []*virga.Trial{t}, Attempts: []*virga.Attempt{a},
+			Events: []*virga.Event{{ExperimentID: e.ID, TrialID: t.ID, Kind: virga.EventTrialCompleted, Time: now}}}))
+		_, err := s.Trial(ctx, t.ID)
+		must(err)
+		_, err = s.Attempts(ctx, t.ID)
+		must(err)
+		ms, err := s.Metrics(ctx, store.MetricFilter{TrialID: t.ID, AfterStep: 9, Limit: 1})
+		must(err)
+		if len(ms) != 1 {
+			b.Fatalf("trial %d: %d metrics after step 9, want 1", t.ID, len(ms))
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "trials/s")
 }

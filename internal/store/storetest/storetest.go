@@ -68,6 +68,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ExperimentList", testExperimentList},
 		{"TrialAndAttemptLists", testTrialAndAttemptLists},
 		{"Events", testEvents},
+		{"EventReplace", testEventReplace},
+		{"FailedBatchRestoresRows", testFailedBatchRestoresRows},
+		{"ValuesAreNotShared", testValuesAreNotShared},
 		{"Tokens", testTokens},
 		{"ModelVersions", testModelVersions},
 		{"ModelAliases", testModelAliases},
@@ -986,6 +989,170 @@ func testEvents(t *testing.T, s store.Store) {
 			t.Fatalf("Events(%s): %v", tc.name, err)
 		}
 		diff(t, "Events("+tc.name+")", tc.want, got)
+	}
+}
+
+// testEventReplace replaces an event with one of another experiment and
+// trial: it is listed under the new ones, in ID order, and no longer under
+// the old.
+func testEventReplace(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var evs []*virga.Event
+	for i := range 4 {
+		evs = append(evs, &virga.Event{ExperimentID: 1, TrialID: 10, Kind: virga.EventKind(fmt.Sprintf("k%d", i)), Time: at(0)})
+	}
+	evs = append(evs, &virga.Event{ExperimentID: 2, TrialID: 20, Kind: "k4", Time: at(0)})
+	apply(t, s, &store.Batch{Events: evs})
+	moved := *evs[1]
+	moved.ExperimentID, moved.TrialID, moved.Message = 2, 20, "moved"
+	apply(t, s, &store.Batch{Events: []*virga.Event{&moved}})
+	pick := func(es ...*virga.Event) []virga.Event {
+		var out []virga.Event
+		for _, e := range es {
+			out = append(out, *e)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		f    store.EventFilter
+		want []virga.Event
+	}{
+		{"old experiment", store.EventFilter{ExperimentID: 1}, pick(evs[0], evs[2], evs[3])},
+		{"old trial", store.EventFilter{TrialID: 10}, pick(evs[0], evs[2], evs[3])},
+		{"new experiment", store.EventFilter{ExperimentID: 2}, pick(&moved, evs[4])},
+		{"new trial after", store.EventFilter{TrialID: 20, AfterID: evs[0].ID}, pick(&moved, evs[4])},
+		{"new experiment and trial, limit", store.EventFilter{ExperimentID: 2, TrialID: 20, Limit: 1}, pick(&moved)},
+		{"all", store.EventFilter{}, pick(evs[0], &moved, evs[2], evs[3], evs[4])},
+	} {
+		got, err := s.Events(ctx, tc.f)
+		if err != nil {
+			t.Fatalf("Events(%s): %v", tc.name, err)
+		}
+		diff(t, "Events("+tc.name+")", tc.want, got)
+	}
+}
+
+// testFailedBatchRestoresRows fails a batch that changes rows of every kind
+// in place (replaces, deletes, inserts between stored rows, an attempt
+// leaving the live list, an event moving to another experiment) and checks
+// that every read is as before it.
+func testFailedBatchRestoresRows(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	e, ts := seed(t, s, 1)
+	tr := ts[0]
+	a := newAttempt(tr.ID, 1)
+	a.State = virga.AttemptRunning
+	var ms []virga.Metric
+	for _, step := range []int64{0, 2, 4} {
+		ms = append(ms, virga.Metric{TrialID: tr.ID, AttemptID: 1, Step: step, Values: map[string]float64{"loss": float64(step)}, Time: at(0)})
+	}
+	ck := virga.Checkpoint{TrialID: tr.ID, ID: "c1", Step: 2, Time: at(time.Second)}
+	ev := &virga.Event{ExperimentID: e.ID, TrialID: tr.ID, Kind: "k", Time: at(0)}
+	apply(t, s, &store.Batch{Attempts: []*virga.Attempt{a}, Metrics: ms, Checkpoints: []virga.Checkpoint{ck},
+		Events: []*virga.Event{ev}})
+	read := func() []any {
+		t.Helper()
+		var out []any
+		for _, r := range []func() (any, error){
+			func() (any, error) { return s.Trials(ctx, e.ID) },
+			func() (any, error) { return s.Attempts(ctx, tr.ID) },
+			func() (any, error) { return s.LiveAttempts(ctx) },
+			func() (any, error) { return s.ExperimentAttempts(ctx, e.ID) },
+			func() (any, error) { return s.Metrics(ctx, store.MetricFilter{TrialID: tr.ID, AfterStep: -1}) },
+			func() (any, error) { return s.Checkpoints(ctx, tr.ID) },
+			func() (any, error) { return s.Events(ctx, store.EventFilter{ExperimentID: e.ID}) },
+			func() (any, error) { return s.Events(ctx, store.EventFilter{ExperimentID: e.ID + 1}) },
+			func() (any, error) { return s.Events(ctx, store.EventFilter{TrialID: tr.ID}) },
+		} {
+			v, err := r()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, v)
+		}
+		return out
+	}
+	before := read()
+
+	upd, exited, moved := *tr, *a, *ev
+	upd.Step, upd.State = 99, virga.TrialRunning
+	exited.State, exited.Outcome = virga.AttemptExited, virga.OutcomeFailed
+	moved.ExperimentID, moved.TrialID = e.ID+1, tr.ID+1
+	err := s.Apply(ctx, &store.Batch{
+		Trials:   []*virga.Trial{&upd, newTrial(e.ID, 2)},
+		Attempts: []*virga.Attempt{&exited, newAttempt(tr.ID, 2)},
+		Checkpoints: []virga.Checkpoint{{TrialID: tr.ID, ID: "c0", Time: at(0)},
+			{TrialID: tr.ID, ID: "c2", Time: at(time.Hour)}},
+		DeleteCheckpoints: []store.CheckpointRef{{TrialID: tr.ID, ID: "c1"}},
+		Metrics: []virga.Metric{
+			{TrialID: tr.ID, Step: 2, Values: map[string]float64{"loss": -1}}, // replaces
+			{TrialID: tr.ID, Step: 1, Values: map[string]float64{"loss": -1}}, // between
+			{TrialID: tr.ID, Step: 9, Values: map[string]float64{"loss": -1}}, // after
+			{TrialID: 424242, Step: 1},                                        // fails the batch
+		},
+		Events: []*virga.Event{&moved},
+	})
+	wantErr(t, "Apply(metric of a missing trial)", err, virga.ErrNotFound)
+	diff(t, "reads after a failed batch", before, read())
+}
+
+// testValuesAreNotShared changes the values given to Apply after it returns
+// and the values read back: neither changes what is stored.
+func testValuesAreNotShared(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	e := newExperiment("mine")
+	apply(t, s, &store.Batch{Experiments: []*virga.Experiment{e}})
+	tr := newTrial(e.ID, 1)
+	tr.HParams = map[string]any{"lr": 0.1, "layers": []any{64.0, 32.0}, "opt": map[string]any{"name": "adam"}}
+	tr.Latest, tr.Prediction = ptr(0.5), &virga.Prediction{Step: 1, Horizon: 10, Mean: 0.4}
+	apply(t, s, &store.Batch{Trials: []*virga.Trial{tr}})
+	a := newAttempt(tr.ID, 1)
+	a.ExitCode = ptr(3)
+	m := virga.Metric{TrialID: tr.ID, Step: 1, Values: map[string]float64{"loss": 1}, Time: at(0)}
+	apply(t, s, &store.Batch{Attempts: []*virga.Attempt{a}, Metrics: []virga.Metric{m}})
+	wantE, wantT, wantA := *e, *tr, *a
+	wantT.HParams = map[string]any{"lr": 0.1, "layers": []any{64.0, 32.0}, "opt": map[string]any{"name": "adam"}}
+	wantT.Latest, wantT.Prediction, wantA.ExitCode = ptr(0.5), &virga.Prediction{Step: 1, Horizon: 10, Mean: 0.4}, ptr(3)
+	wantE.Spec = []byte(string(e.Spec))
+	wantM := []virga.Metric{{TrialID: tr.ID, Step: 1, Values: map[string]float64{"loss": 1}, Time: at(0)}}
+
+	scribble := func(e *virga.Experiment, tr *virga.Trial, a *virga.Attempt, ms []virga.Metric) {
+		e.Spec[0] = 'X'
+		tr.HParams["lr"], tr.HParams["layers"].([]any)[0] = 9.0, 9.0
+		tr.HParams["opt"].(map[string]any)["name"] = "sgd"
+		*tr.Latest, tr.Prediction.Mean, *a.ExitCode = 9, 9, 9
+		for _, m := range ms {
+			m.Values["loss"] = 9
+		}
+	}
+	scribble(e, tr, a, []virga.Metric{m})
+	for round := range 2 {
+		ge, err := s.Experiment(ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gt, err := s.Trial(ctx, tr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gts, err := s.Trials(ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ga, err := s.Attempt(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gm := metricsOf(t, s, tr.ID)
+		diff(t, fmt.Sprintf("round %d: experiment", round), &wantE, ge)
+		diff(t, fmt.Sprintf("round %d: trial", round), &wantT, gt)
+		diff(t, fmt.Sprintf("round %d: trials", round), []*virga.Trial{&wantT}, gts)
+		diff(t, fmt.Sprintf("round %d: attempt", round), &wantA, ga)
+		diff(t, fmt.Sprintf("round %d: metrics", round), wantM, gm)
+		// Then scribble on what was read, and read again.
+		scribble(ge, gt, ga, gm)
+		scribble(ge, gts[0], ga, gm)
 	}
 }
 
