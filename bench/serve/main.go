@@ -118,6 +118,7 @@ func main() {
 	seed := flag.Uint64("seed", 1, "the Poisson arrivals' seed")
 	only := flag.String("models", "", "comma-separated models to run (default all)")
 	out := flag.String("out", "", "write every run as JSON lines to this file")
+	onlyPolicies := flag.String("policies", "", "comma-separated policies to run (default all; deadline is always run, for dl/bound)")
 	flag.Parse()
 
 	var loads []float64
@@ -182,6 +183,12 @@ func main() {
 		defer w.Close()
 		enc = json.NewEncoder(w)
 	}
+	var run []policy
+	for _, p := range policies {
+		if *onlyPolicies == "" || p.name == "deadline" || strings.Contains(","+*onlyPolicies+",", ","+p.name+",") {
+			run = append(run, p)
+		}
+	}
 	traces := []string{"poisson", "azure"}
 	for _, m := range models {
 		if *only != "" && !strings.Contains(","+*only+",", ","+m.name+",") {
@@ -195,7 +202,7 @@ func main() {
 			fmt.Printf("\n%s (%v, objective %v, capacity %.0f/s), %s arrivals, %d requests: %% answered within the objective\n",
 				m.name, describe(m.profile), m.objective, m.capacity(), tr, count)
 			fmt.Printf("%5s", "load")
-			for _, p := range policies {
+			for _, p := range run {
 				fmt.Printf(" %9s", p.name)
 			}
 			fmt.Printf(" %9s %9s\n", "bound", "dl/bound")
@@ -219,7 +226,7 @@ func main() {
 				}
 				fmt.Printf("%4.0f%%", load*100)
 				var dl int
-				for _, p := range policies {
+				for _, p := range run {
 					start := time.Now()
 					res, err := batch.Simulate(reqs, m.profile, p.make(m), 1)
 					if err != nil {
