@@ -43,11 +43,14 @@ type model struct {
 	name      string
 	profile   batch.Profile
 	objective time.Duration
+	// source says where a profile of points comes from: "measured" (by
+	// -repository) or "given" (by -profile).
+	source string
 }
 
 // capacity is the most requests per second one instance can answer: the
 // batch size with the most rows per second, back to back (a full batch for
-// every profile measured here).
+// every profile but mlp1024's measured here).
 func (m model) capacity() float64 {
 	best := 0.0
 	for r := 1; r <= m.profile.MaxRows(); r++ {
@@ -154,7 +157,7 @@ func main() {
 		if name == "" || strings.Contains(name, ",") {
 			log.Fatalf("-profile: name the model it is with -models (one name), got %q", name)
 		}
-		models = []model{{name: name, profile: p}}
+		models = []model{{name: name, profile: p, source: "given"}}
 	} else if *repository != "" {
 		if models, err = measured(context.Background(), *repository, *only, *profileRuns); err != nil {
 			log.Fatal(err)
@@ -200,7 +203,7 @@ func main() {
 				count = min(count, len(azure))
 			}
 			fmt.Printf("\n%s (%v, objective %v, capacity %.0f/s), %s arrivals, %d requests: %% answered within the objective\n",
-				m.name, describe(m.profile), m.objective, m.capacity(), tr, count)
+				m.name, describe(m), m.objective, m.capacity(), tr, count)
 			fmt.Printf("%5s", "load")
 			for _, p := range run {
 				fmt.Printf(" %9s", p.name)
