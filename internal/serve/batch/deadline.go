@@ -46,7 +46,7 @@ import (
 // after those that have one.
 //
 // It waits for a fuller batch only when the objective is below twice the
-// batch's latency (losesWhileBusy): then a request arriving early in a
+// batch's latency (losesWhileBusy) and one instance is free: then a request arriving early in a
 // batch cannot be served in time whatever the policy, and a batch started
 // as soon as the instance is free serves only what arrived in the slack
 // before it. When everything queued fits one batch it starts that batch at
@@ -132,7 +132,7 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 	// runs without planning, which is most of the policy's cost at a light
 	// or moderate load. (WaitSlack may rather wait for a fuller batch.)
 	if rows, earliest := rowsIn(queue, cands), minDeadline(queue, cands); dl.WaitSlack == 0 && rows <= maxRows && !now.Add(p.Latency(rows)).After(earliest) {
-		if took := p.Latency(rows); dl.losesWhileBusy(took) {
+		if took := p.Latency(rows); idle == 1 && dl.losesWhileBusy(took) {
 			w := earliest.Add(-p.Latency(maxRows))
 			if !w.After(now) && len(cands) > 1 {
 				// Give up the earliest to wait for the next one's

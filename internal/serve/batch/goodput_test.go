@@ -164,3 +164,23 @@ func TestDeadlineGoodputUnderATightObjective(t *testing.T) {
 	p := Linear{Base: 5 * time.Microsecond, Max: 64}
 	checkGoodput(t, p, 7500*time.Nanosecond, 3000, poissonPattern)
 }
+
+// TestDeadlineWaitsUnderATightObjectiveOnlyOnItsLastInstance: with one
+// instance free, a batch under an objective below twice its latency starts
+// at the latest time a full batch meets the earliest deadline; with another
+// instance free, a request arriving meanwhile has one, so it runs now.
+func TestDeadlineWaitsUnderATightObjectiveOnlyOnItsLastInstance(t *testing.T) {
+	p := Linear{Base: 5 * time.Microsecond, Max: 64}
+	queue := []Item{
+		{Arrived: t0, Deadline: t0.Add(7500 * time.Nanosecond), Rows: 1},
+		{Arrived: t0.Add(200), Deadline: t0.Add(7700 * time.Nanosecond), Rows: 1},
+	}
+	now := t0.Add(500)
+	d := (&Deadline{}).Decide(now, queue, 1, p)
+	if want := t0.Add(2500 * time.Nanosecond); len(d.Run) != 0 || !d.Wake.Equal(want) {
+		t.Errorf("one instance free: ran %v, wake %v; want none run, wake %v", d.Run, d.Wake.Sub(t0), want.Sub(t0))
+	}
+	if d := (&Deadline{}).Decide(now, queue, 2, p); len(d.Run) != 2 {
+		t.Errorf("two instances free: ran %v, want both", d.Run)
+	}
+}
