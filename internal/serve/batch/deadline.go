@@ -98,7 +98,10 @@ const arrivalWindow = 32
 
 // planWidth bounds the plan's frontiers: the points with the fewest drops
 // carry the best plans; the rest cost time for plans that give up more.
-const planWidth = 8
+// With 8, under an objective of 1.5 full batches on the digits network's
+// profile the plan lost the schedules that keep up with 90-95% load (80-88%
+// of the offline bound, 98% with 16), at half the decision's cost.
+const planWidth = 16
 
 var _ Policy = (*Deadline)(nil)
 

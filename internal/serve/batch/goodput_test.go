@@ -184,3 +184,14 @@ func TestDeadlineWaitsUnderATightObjectiveOnlyOnItsLastInstance(t *testing.T) {
 		t.Errorf("two instances free: ran %v, want both", d.Run)
 	}
 }
+
+// TestDeadlineGoodputOnDigitsUnderATightObjective: the digits network's
+// profile with an objective of 1.5 full batches, where a full batch run
+// back to back leaves too little slack for the next: the most served takes
+// batches of about 40 rows. With the plan's frontiers cut to their 8
+// points of fewest drops, the plan lost the schedules that keep up and
+// answered 80-88% of the bound at 90-95% Poisson load; 16 points keep
+// them (98%).
+func TestDeadlineGoodputOnDigitsUnderATightObjective(t *testing.T) {
+	checkGoodput(t, digitsProfile, 3*digitsProfile.Latency(64)/2, 3000, poissonPattern, burstyPattern)
+}
