@@ -206,7 +206,7 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 		return d
 	}
 	best.hi = min(best.hi, known-1) // run the known part of the first batch now
-	if lo, hi, ok := fullBatch(now, queue, top, table, eff); ok && rowsIn(queue, top[best.lo:best.hi+1]) < rowsIn(queue, top[lo:hi+1]) {
+	if lo, hi, ok := fullBatch(now, queue, top, table, eff); ok && rowsIn(queue, top[best.lo:best.hi+1]) <= rowsIn(queue, top[lo:hi+1]) {
 		best.lo, best.hi = lo, hi
 	} else {
 		best.lo, best.hi = earliestFirst(now, queue, top, best.lo, best.hi, table)
