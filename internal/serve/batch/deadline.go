@@ -33,7 +33,7 @@ import (
 //     counts those it would lose. With an efficient batch or more queued
 //     (the size that runs the most rows per second: a full batch where
 //     batching pays), it runs an efficient batch of the earliest deadlines
-//     that meets them all when the plan's first batch is smaller (giving
+//     that meets them all when the plan's first batch is no larger (giving
 //     up the more urgent ones before it): a backlog served in smaller
 //     batches keeps growing. When
 //     the plan gives up, only for expected arrivals, requests that could
