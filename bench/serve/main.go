@@ -43,11 +43,14 @@ type model struct {
 	name      string
 	profile   batch.Profile
 	objective time.Duration
+	// source says where a profile of points comes from: "measured" (by
+	// -repository) or "given" (by -profile).
+	source string
 }
 
 // capacity is the most requests per second one instance can answer: the
 // batch size with the most rows per second, back to back (a full batch for
-// every profile measured here).
+// every profile but mlp1024's measured here).
 func (m model) capacity() float64 {
 	best := 0.0
 	for r := 1; r <= m.profile.MaxRows(); r++ {
@@ -118,6 +121,7 @@ func main() {
 	seed := flag.Uint64("seed", 1, "the Poisson arrivals' seed")
 	only := flag.String("models", "", "comma-separated models to run (default all)")
 	out := flag.String("out", "", "write every run as JSON lines to this file")
+	onlyPolicies := flag.String("policies", "", "comma-separated policies to run (default all; deadline is always run, for dl/bound)")
 	flag.Parse()
 
 	var loads []float64
@@ -153,7 +157,7 @@ func main() {
 		if name == "" || strings.Contains(name, ",") {
 			log.Fatalf("-profile: name the model it is with -models (one name), got %q", name)
 		}
-		models = []model{{name: name, profile: p}}
+		models = []model{{name: name, profile: p, source: "given"}}
 	} else if *repository != "" {
 		if models, err = measured(context.Background(), *repository, *only, *profileRuns); err != nil {
 			log.Fatal(err)
@@ -182,6 +186,12 @@ func main() {
 		defer w.Close()
 		enc = json.NewEncoder(w)
 	}
+	var run []policy
+	for _, p := range policies {
+		if *onlyPolicies == "" || p.name == "deadline" || strings.Contains(","+*onlyPolicies+",", ","+p.name+",") {
+			run = append(run, p)
+		}
+	}
 	traces := []string{"poisson", "azure"}
 	for _, m := range models {
 		if *only != "" && !strings.Contains(","+*only+",", ","+m.name+",") {
@@ -193,9 +203,9 @@ func main() {
 				count = min(count, len(azure))
 			}
 			fmt.Printf("\n%s (%v, objective %v, capacity %.0f/s), %s arrivals, %d requests: %% answered within the objective\n",
-				m.name, describe(m.profile), m.objective, m.capacity(), tr, count)
+				m.name, describe(m), m.objective, m.capacity(), tr, count)
 			fmt.Printf("%5s", "load")
-			for _, p := range policies {
+			for _, p := range run {
 				fmt.Printf(" %9s", p.name)
 			}
 			fmt.Printf(" %9s %9s\n", "bound", "dl/bound")
@@ -219,7 +229,7 @@ func main() {
 				}
 				fmt.Printf("%4.0f%%", load*100)
 				var dl int
-				for _, p := range policies {
+				for _, p := range run {
 					start := time.Now()
 					res, err := batch.Simulate(reqs, m.profile, p.make(m), 1)
 					if err != nil {

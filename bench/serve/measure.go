@@ -103,7 +103,7 @@ func measured(ctx context.Context, root, only string, runs int) ([]model, error)
 			profs = append(profs, p)
 		}
 		m.Close()
-		models = append(models, model{name: name, profile: median(profs)})
+		models = append(models, model{name: name, profile: median(profs), source: "measured"})
 	}
 	if len(models) == 0 {
 		return nil, fmt.Errorf("-repository %s: no models (want DIR/MODEL/VERSION/virga-model.json)", root)
@@ -126,15 +126,15 @@ func median(ps []*engine.Profile) *engine.Profile {
 	return out
 }
 
-// describe prints a profile: a Linear one as its formula, a measured one
-// as its points.
-func describe(p batch.Profile) string {
-	ep, ok := p.(*engine.Profile)
+// describe prints a model's profile: a Linear one as its formula, one of
+// points as where it comes from (measured or given) and its points.
+func describe(m model) string {
+	ep, ok := m.profile.(*engine.Profile)
 	if !ok {
-		return fmt.Sprint(p)
+		return fmt.Sprint(m.profile)
 	}
 	var b strings.Builder
-	b.WriteString("measured")
+	b.WriteString(m.source)
 	for _, pt := range ep.Points {
 		fmt.Fprintf(&b, " %d:%v", pt.Rows, pt.Took.Round(100*time.Nanosecond))
 	}

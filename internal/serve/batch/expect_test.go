@@ -74,7 +74,7 @@ func TestExpectedArrivalsAreBounded(t *testing.T) {
 			at := t0.Add(time.Duration(i) * time.Millisecond)
 			queue = append(queue, Item{Arrived: at, Deadline: at.Add(time.Second), Rows: c.rows})
 		}
-		jobs := dl.expected(t0.Add(8*time.Millisecond), queue, nil, c.maxRows, time.Nanosecond)
+		jobs := dl.expected(t0.Add(8*time.Millisecond), dl.record(queue), nil, c.maxRows, time.Nanosecond)
 		if len(jobs) != c.want {
 			t.Errorf("requests of %d rows, max %d: %d expected arrivals, want %d", c.rows, c.maxRows, len(jobs), c.want)
 		}
