@@ -37,6 +37,22 @@ type overloadResult struct {
 	medianRefusal                time.Duration
 	worstLateBy                  time.Duration
 	refusals                     []time.Duration
+	lateBy                       []time.Duration
+	// stall is the longest a goroutine that sleeps 1 ms at a time
+	// overslept during the run: how long the machine left this process
+	// without a CPU at worst.
+	stall time.Duration
+}
+
+// lateBeyond counts the late requests that were late by more than d.
+func (r overloadResult) lateBeyond(d time.Duration) int {
+	n := 0
+	for _, l := range r.lateBy {
+		if l > d {
+			n++
+		}
+	}
+	return n
 }
 
 // overload sends single-row requests to model at rate per second, Poisson,
@@ -46,6 +62,22 @@ func overload(t *testing.T, e *Engine, model string, rate float64, d, objective 
 	var mu sync.Mutex
 	var res overloadResult
 	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	stalled := make(chan time.Duration)
+	go func() {
+		var worst time.Duration
+		for {
+			select {
+			case <-stop:
+				stalled <- worst
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(time.Millisecond)
+			worst = max(worst, time.Since(t0)-time.Millisecond)
+		}
+	}()
 	start := time.Now()
 	next := start
 	for next.Sub(start) < d {
@@ -67,6 +99,7 @@ func overload(t *testing.T, e *Engine, model string, rate float64, d, objective 
 				res.served++
 				res.late++
 				res.worstLateBy = max(res.worstLateBy, took-objective)
+				res.lateBy = append(res.lateBy, took-objective)
 			case errors.As(err, &refused):
 				res.refused++
 				res.slowestRefusal = max(res.slowestRefusal, took)
@@ -78,6 +111,8 @@ func overload(t *testing.T, e *Engine, model string, rate float64, d, objective 
 		}()
 	}
 	wg.Wait()
+	close(stop)
+	res.stall = <-stalled
 	if len(res.refusals) > 0 {
 		slices.Sort(res.refusals)
 		res.medianRefusal = res.refusals[len(res.refusals)/2]
@@ -101,11 +136,17 @@ func TestOverloadDeadlineServesInTimeOrRefuses(t *testing.T) {
 	writeHeavyMLP(t, root, "heavy", hidden, 8)
 	const objective = 100 * time.Millisecond
 	results := map[string]overloadResult{}
+	// Both engines share one profile (the first load measures it, the
+	// second reads it from the cache), so that both are driven at the same
+	// rate: profiles measured apart on a busy machine can differ by half, and
+	// then one of them is not overloaded at all.
+	profiles := t.TempDir()
 	for _, name := range []string{batch.NameDeadline, batch.NameFixed} {
 		e := newEngine(t, Options{
-			Source:    DirSource{Root: root},
-			Objective: objective,
-			Pinned:    []string{"heavy"},
+			Source:       DirSource{Root: root},
+			Objective:    objective,
+			ProfileCache: profiles,
+			Pinned:       []string{"heavy"},
 			Policy: func(string, string) batch.Policy {
 				p, err := batch.New(name, objective)
 				if err != nil {
@@ -120,8 +161,8 @@ func TestOverloadDeadlineServesInTimeOrRefuses(t *testing.T) {
 		e.mu.Unlock()
 		capacity := float64(prof.MaxRows()) / prof.Latency(prof.MaxRows()).Seconds()
 		res := overload(t, e, "heavy", 2*capacity, 2*time.Second, objective)
-		t.Logf("%s: capacity %.0f/s (profile %v), at %.0f/s: served %d (late %d, by up to %v), refused %d (median %v, slowest %v)",
-			name, capacity, prof.Points, 2*capacity, res.served, res.late, res.worstLateBy, res.refused, res.medianRefusal, res.slowestRefusal)
+		t.Logf("%s: capacity %.0f/s (profile %v), at %.0f/s: served %d (late %d, by up to %v; %d by more than the longest stall of this process, %v), refused %d (median %v, slowest %v)",
+			name, capacity, prof.Points, 2*capacity, res.served, res.late, res.worstLateBy, res.lateBeyond(res.stall), res.stall, res.refused, res.medianRefusal, res.slowestRefusal)
 		results[name] = res
 		if mfs, err := e.Registry().Gather(); err == nil {
 			for _, mf := range mfs {
@@ -137,14 +178,17 @@ func TestOverloadDeadlineServesInTimeOrRefuses(t *testing.T) {
 	// before its deadline passes; fixed serves late instead. A machine shared
 	// with other processes (go test runs packages side by side) can stretch
 	// one batch past what the model's recent batches took, which no policy
-	// foresees: allow 5% late (fixed is late for nearly all it serves). The
-	// late share on a quiet machine is measured by bench/serve.
+	// foresees: allow 5% late (fixed is late for nearly all it serves), and
+	// do not count a request late by no more than the longest time the
+	// machine left this process without a CPU (the policy cannot foresee
+	// that either; on a quiet machine it is about a millisecond). The late
+	// share on a quiet machine is measured by bench/serve.
 	d, f := results[batch.NameDeadline], results[batch.NameFixed]
 	if d.served == 0 || d.refused == 0 {
 		t.Errorf("deadline: served %d, refused %d: at twice the capacity both should happen", d.served, d.refused)
 	}
-	if d.late*20 > d.served {
-		t.Errorf("deadline: %d of %d requests served late (by up to %v): it must refuse what it cannot serve in time", d.late, d.served, d.worstLateBy)
+	if late := d.lateBeyond(d.stall); late*20 > d.served {
+		t.Errorf("deadline: %d of %d requests served late by more than the longest stall of the process (%v; by up to %v): it must refuse what it cannot serve in time", late, d.served, d.stall, d.worstLateBy)
 	}
 	if d.medianRefusal > objective {
 		t.Errorf("deadline: half the refusals took over %v, the requests' objective: refusals must come at once", d.medianRefusal)
