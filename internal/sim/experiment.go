@@ -19,6 +19,10 @@ import (
 // its trials.
 type ExperimentConfig struct {
 	Spec *spec.Experiment
+	// File and Data are the experiment file Spec was parsed from (RunLoop
+	// submits it).
+	File string
+	Data []byte
 	// Seed seeds the searcher; 0 means the file's seed, or 1 when the file
 	// leaves it to Virga.
 	Seed   uint64
