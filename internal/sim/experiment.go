@@ -269,6 +269,16 @@ type experimentSim struct {
 
 // RunExperiment simulates one experiment.
 func RunExperiment(cfg ExperimentConfig) (*ExperimentResult, error) {
+	if onLoop {
+		return RunLoop(cfg)
+	}
+	return runLegacy(cfg)
+}
+
+// onLoop makes RunExperiment run the control loop (RunLoop).
+var onLoop = false
+
+func runLegacy(cfg ExperimentConfig) (*ExperimentResult, error) {
 	s, err := newExperimentSim(cfg)
 	if err != nil {
 		return nil, err

@@ -163,7 +163,7 @@ func smallRun(t *testing.T, src string, cfg ExperimentConfig) *ExperimentResult 
 		t.Fatal(err)
 	}
 	c.ScaleTo(time.Minute)
-	cfg.Spec, cfg.Curves = e, c
+	cfg.Spec, cfg.Curves, cfg.Data = e, c, data
 	if cfg.Policy == nil {
 		cfg.Policy = schedule.ExpOnDemandOnly{}
 	}
@@ -222,7 +222,7 @@ func TestPreemptionLosesTheStepUnderWay(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.ScaleTo(2 * time.Minute)
-		r, err := RunExperiment(ExperimentConfig{Spec: e, Curves: c, Policy: schedule.ExpGreedy{}, SaveOnStop: save,
+		r, err := RunExperiment(ExperimentConfig{Spec: e, Data: data, Curves: c, Policy: schedule.ExpGreedy{}, SaveOnStop: save,
 			Pools: []*capacity.Pool{spotPool(t, 1, 0.6, time.Minute, pattern), onDemandPool(1, 3, time.Minute)}})
 		if err != nil {
 			t.Fatal(err)
@@ -314,7 +314,7 @@ func TestAdaptiveSearchOnTheTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := ExperimentConfig{Spec: e, Curves: c, Pools: set.Pools, Policy: schedule.ExpOnDemandOnly{}, Deadline: -1}
+	cfg := ExperimentConfig{Spec: e, Data: data, Curves: c, Pools: set.Pools, Policy: schedule.ExpOnDemandOnly{}, Deadline: -1}
 	base, err := RunExperiment(cfg)
 	if err != nil {
 		t.Fatal(err)
