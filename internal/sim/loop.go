@@ -273,9 +273,7 @@ func (d *driver) result(ctx context.Context, st store.Store, exp *virga.Experime
 	}
 	res := virga.Resources{CPU: e.Resources.CPU, MemoryMB: e.Resources.MemoryMB, GPU: e.Resources.GPU}
 	last := start
-	byTrial := map[int64][]*virga.Attempt{}
 	for _, a := range attempts {
-		byTrial[a.TrialID] = append(byTrial[a.TrialID], a)
 		r.Cost += a.Cost
 		r.LostCost += a.LostCost
 		if a.EndedAt.After(last) {
@@ -319,11 +317,14 @@ func (d *driver) result(ctx context.Context, st store.Store, exp *virga.Experime
 		if t.Best != nil && (r.Best == nil || better(*t.Best, r.Best.Value)) {
 			r.Best = &Best{Trial: t.ID, Step: t.BestStep, Value: *t.Best, Config: cfgIdx, HParams: t.HParams}
 		}
-		as := byTrial[t.ID]
-		for k, a := range as {
-			if a.Outcome == virga.OutcomeStopped && k < len(as)-1 {
-				r.Moves++ // stopped to go on elsewhere
-			}
+	}
+	evs, err := st.Events(ctx, store.EventFilter{ExperimentID: exp.ID})
+	if err != nil {
+		return nil, err
+	}
+	for _, ev := range evs {
+		if ev.Kind == virga.EventTrialMoved {
+			r.Moves++
 		}
 	}
 	r.Steps = d.steps
