@@ -11,12 +11,23 @@ import (
 	"github.com/virga-ml/virga/internal/spec"
 )
 
+// line is one run's figures.
 func line(name string, r *ExperimentResult, wall time.Duration) string {
 	return fmt.Sprintf("%-28s end=%-9s cost=%8.3f lost$=%6.3f makespan=%-10s met=%-5v trials=%3d done=%3d steps=%5d work=%-10s lost=%-8s preempt=%3d moves=%3d wall=%s",
 		name, r.End, r.Cost, r.LostCost, r.Makespan.Round(time.Second), r.Met, r.Trials, r.Completed, r.Steps, r.Work.Round(time.Second), r.Lost.Round(time.Second), r.Preemptions, r.Moves, wall.Round(time.Millisecond))
 }
 
-func TestZZCompare(t *testing.T) {
+// BenchmarkEngines runs the same experiments on the legacy simulator and on
+// the control loop (RunLoop) and prints their figures side by side:
+//
+//	go test ./internal/sim -run XXX -bench Engines -benchtime 1x
+func BenchmarkEngines(b *testing.B) {
+	for b.Loop() {
+		engines(b)
+	}
+}
+
+func engines(t testing.TB) {
 	both := func(name string, cfg ExperimentConfig) {
 		b := time.Now()
 		o, err := runLegacy(cfg)
@@ -30,8 +41,8 @@ func TestZZCompare(t *testing.T) {
 			t.Fatal(err)
 		}
 		w2 := time.Since(b)
-		fmt.Println(line("legacy "+name, o, w1))
-		fmt.Println(line("loop   "+name, n, w2))
+		t.Log(line("legacy "+name, o, w1))
+		t.Log(line("loop   "+name, n, w2))
 	}
 	od := func() []*capacity.Pool { return []*capacity.Pool{onDemandPool(4, 3, 3*time.Minute)} }
 	both("small on-demand", smallConfig(t, smallExperiment, ExperimentConfig{Pools: od()}))
