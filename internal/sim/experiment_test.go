@@ -20,7 +20,7 @@ import (
 // smallTable is a table of 6 configurations (lr 0.01, 0.1, 1 log-spaced x
 // act relu, tanh) of 4 epochs, each epoch 1 s; lower lr and tanh are
 // better.
-func smallTable(t *testing.T) *replay.Table {
+func smallTable(t testing.TB) *replay.Table {
 	t.Helper()
 	tb := &replay.Table{Name: "small", Metric: "val_loss", Direction: "minimize", Epochs: 4,
 		Space: []replay.Dim{
@@ -43,7 +43,7 @@ func smallTable(t *testing.T) *replay.Table {
 	return tb
 }
 
-func parse(t *testing.T, src string) (*spec.Experiment, []byte) {
+func parse(t testing.TB, src string) (*spec.Experiment, []byte) {
 	t.Helper()
 	e, err := spec.Parse("exp.yaml", []byte(src))
 	if err != nil {
@@ -74,7 +74,7 @@ func onDemandPool(nodes int, price float64, overhead time.Duration) *capacity.Po
 
 // spotPool replays pattern ('1' up, '0' down), one character a minute,
 // repeating.
-func spotPool(t *testing.T, nodes int, price float64, overhead time.Duration, pattern string) *capacity.Pool {
+func spotPool(t testing.TB, nodes int, price float64, overhead time.Duration, pattern string) *capacity.Pool {
 	t.Helper()
 	p := &capacity.Pool{Name: "spot", Node: node, MaxNodes: nodes, Market: spec.Spot, Billing: capacity.PerSecond,
 		RestartOverhead: overhead, PriceSeries: capacity.Constant(price), OnDemandSeries: capacity.Constant(3)}

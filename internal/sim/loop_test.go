@@ -46,7 +46,7 @@ func TestLoopOnDemandRun(t *testing.T) {
 }
 
 // smallConfig is cfg for the small experiment on the small table.
-func smallConfig(t *testing.T, src string, cfg ExperimentConfig) ExperimentConfig {
+func smallConfig(t testing.TB, src string, cfg ExperimentConfig) ExperimentConfig {
 	t.Helper()
 	e, data := parse(t, src)
 	c, err := NewCurves(smallTable(t), e, "exp.yaml", data)
