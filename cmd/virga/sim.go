@@ -25,6 +25,7 @@ import (
 type simFlags struct {
 	capacity, table, policy string
 	deadline, start         string
+	engine                  string
 	budget                  float64
 	seed                    uint64
 	epoch, offset, tick     time.Duration
@@ -66,6 +67,7 @@ See docs/sim.md.`,
 	fl.StringVar(&f.start, "start", "", "virtual submission time, RFC 3339 (default: the start of the pools' price histories); prices are read there")
 	fl.DurationVar(&f.tick, "tick", time.Minute, "decision interval: the policy is asked at every event and at least this often")
 	fl.BoolVar(&f.saveOnStop, "save-on-stop", false, "trials checkpoint when stopped, and within a reclaim's warning, so that nothing is lost")
+	fl.StringVar(&f.engine, "engine", "legacy", "what runs the experiment: legacy (the simulator's own trial lifecycle) or loop (Virga's control loop on a simulated backend)")
 	return cmd
 }
 
@@ -120,6 +122,14 @@ func runSim(g *globals, file string, f simFlags) error {
 	if f.tick <= 0 {
 		return usageError{fmt.Errorf("--tick %s: must be positive", f.tick)}
 	}
+	runExperiment := sim.RunExperiment
+	switch f.engine {
+	case "legacy":
+	case "loop":
+		runExperiment = sim.RunLoop
+	default:
+		return usageError{fmt.Errorf("--engine %q: want legacy or loop", f.engine)}
+	}
 	if f.epoch < 0 || f.offset < 0 {
 		return usageError{errors.New("--epoch and --offset must not be negative")}
 	}
@@ -161,7 +171,7 @@ func runSim(g *globals, file string, f simFlags) error {
 		if progress {
 			fmt.Fprintf(g.stderr, "simulating %s...\r", p.Name())
 		}
-		r, err := sim.RunExperiment(sim.ExperimentConfig{Spec: e, Seed: seed, Curves: curves, Pools: set.Pools, Policy: p,
+		r, err := runExperiment(sim.ExperimentConfig{Spec: e, File: file, Data: data, Seed: seed, Curves: curves, Pools: set.Pools, Policy: p,
 			Start: start, TraceOffset: f.offset, Deadline: deadline, Budget: f.budget, Tick: f.tick, SaveOnStop: f.saveOnStop})
 		if err != nil {
 			return fmt.Errorf("simulating %s with %s: %w", file, p.Name(), err)

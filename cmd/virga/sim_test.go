@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,27 @@ func TestSimAllPolicies(t *testing.T) {
 	}
 }
 
+// TestSimOnTheLoop runs the digits-mlp search on the control loop: the
+// on-demand policy's figures are the legacy simulator's.
+func TestSimOnTheLoop(t *testing.T) {
+	args := []string{simExperiment, "--capacity", simCapacity, "--table", simTable, "--epoch", "2m", "--policy", "on-demand", "--deadline", "none", "--json"}
+	var runs [2]simOutput
+	for i, engine := range []string{"legacy", "loop"} {
+		out, errOut, code := simCLI(t, append(args, "--engine", engine)...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", engine, code, errOut)
+		}
+		if err := json.Unmarshal([]byte(out), &runs[i]); err != nil {
+			t.Fatalf("%s: %v\n%s", engine, err, out)
+		}
+	}
+	old, loop := runs[0].Runs[0], runs[1].Runs[0]
+	if !loop.Finished || loop.Trials != 200 || math.Abs(loop.Cost-old.Cost) > 1e-6 || loop.Makespan != old.Makespan || loop.Steps != old.Steps {
+		t.Errorf("loop: finished %v, %d trials, cost %g, makespan %s, %d steps; legacy: %d trials, cost %g, makespan %s, %d steps",
+			loop.Finished, loop.Trials, loop.Cost, loop.Makespan, loop.Steps, old.Trials, old.Cost, old.Makespan, old.Steps)
+	}
+}
+
 func TestSimErrors(t *testing.T) {
 	dir := t.TempDir()
 	data, err := os.ReadFile(simExperiment)
@@ -97,6 +119,7 @@ func TestSimErrors(t *testing.T) {
 		{"metric", []string{wrongMetric, "--capacity", simCapacity, "--table", simTable},
 			wrongMetric + ":30:13: objective.metric: the table digits-mlp records val_loss, not val_acc"},
 		{"capacity file", []string{simExperiment, "--capacity", badCapacity, "--table", simTable}, badCapacity + ":4:12: pools[spot].price"},
+		{"engine", []string{simExperiment, "--capacity", simCapacity, "--table", simTable, "--engine", "fast"}, `--engine "fast": want legacy or loop`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, errOut, code := simCLI(t, tc.args...)

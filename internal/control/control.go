@@ -139,6 +139,10 @@ type Config struct {
 	MaxBatch int
 	// TickInterval is how often timeouts and deferred work are checked (default 1s).
 	TickInterval time.Duration
+	// NoTicker means the loop arms no ticker: timeouts, budgets and
+	// deferred work are checked only when Step is called, by a driver that
+	// moves a fake clock itself (a simulation, internal/sim).
+	NoTicker bool
 }
 
 // Controller runs the control loop. Create it with New and run it with Run.

@@ -29,7 +29,10 @@ type tickInput struct{}
 
 // stepReq is a Step: a tick whose caller waits until its pass has been
 // committed and acted on.
-type stepReq struct{ reply chan result[struct{}] }
+type stepReq struct {
+	reply  chan result[struct{}]
+	events []backend.Event // handled first, in order (StepEvents)
+}
 
 // startFailed says an attempt could not be started (or adopted). lost marks
 // failures that are not the trial's (recovery could not adopt it); the others
@@ -87,8 +90,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	// The ticker is armed before Ready: a test that advances a fake clock
 	// once the loop is ready fires it.
-	tick := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
-	defer tick.Stop()
+	var ticks <-chan time.Time // nil: no ticker (Config.NoTicker)
+	if !c.cfg.NoTicker {
+		tick := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
+		defer tick.Stop()
+		ticks = tick.C()
+	}
 	close(c.ready)
 	events := c.cfg.Backend.Events()
 	for {
@@ -109,7 +116,7 @@ func (c *Controller) Run(ctx context.Context) error {
 				continue
 			}
 			ins = append(ins, eventInput{ev})
-		case <-tick.C():
+		case <-ticks:
 			ins = append(ins, tickInput{})
 		}
 	drain:
@@ -149,8 +156,16 @@ func (c *Controller) Run(ctx context.Context) error {
 // next pass). With a fake clock, tests advance the clock and Step instead of
 // waiting for the ticker.
 func (c *Controller) Step(ctx context.Context) error {
+	return c.StepEvents(ctx, nil)
+}
+
+// StepEvents is Step with backend events handed to the pass directly, in
+// order, rather than read from the backend's Events channel: a driver that
+// runs a simulated backend in virtual time (internal/sim) decides which
+// pass sees which event, so that a run is deterministic.
+func (c *Controller) StepEvents(ctx context.Context, events []backend.Event) error {
 	reply := make(chan result[struct{}], 1)
-	_, err := call(ctx, c, stepReq{reply}, reply)
+	_, err := call(ctx, c, stepReq{reply: reply, events: events}, reply)
 	return err
 }
 
@@ -353,6 +368,9 @@ func (c *Controller) handle(it *iteration, in input) {
 	case tickInput:
 		it.tick = true
 	case stepReq:
+		for _, ev := range in.events {
+			c.handleEvent(it, ev)
+		}
 		it.tick = true
 		it.steps = append(it.steps, in.reply)
 	case *submitReq:

@@ -44,6 +44,17 @@ func (c *Controller) SubmitWithEstimate(ctx context.Context, file string, data, 
 	if err != nil {
 		return nil, err
 	}
+	return c.submit(ctx, file, data, estimate, e)
+}
+
+// SubmitSpec is Submit of an experiment the caller parsed from data and
+// may have changed since (a simulation overriding its deadline, budget or
+// seed); e must be valid, as spec.Parse returns it.
+func (c *Controller) SubmitSpec(ctx context.Context, file string, data []byte, e *spec.Experiment) (*virga.Experiment, error) {
+	return c.submit(ctx, file, data, nil, e)
+}
+
+func (c *Controller) submit(ctx context.Context, file string, data, estimate []byte, e *spec.Experiment) (*virga.Experiment, error) {
 	if now := c.now(); !e.Deadline.IsZero() && !e.Deadline.Time(now).After(now) {
 		return nil, &spec.Error{Problems: []spec.Problem{{File: file, Line: e.Deadline.Line, Col: e.Deadline.Col, Path: "deadline",
 			Msg: fmt.Sprintf("%s has passed (it is %s); give a later time or a duration from submission like 36h",

@@ -19,6 +19,10 @@ import (
 // its trials.
 type ExperimentConfig struct {
 	Spec *spec.Experiment
+	// File and Data are the experiment file Spec was parsed from (RunLoop
+	// submits it).
+	File string
+	Data []byte
 	// Seed seeds the searcher; 0 means the file's seed, or 1 when the file
 	// leaves it to Virga.
 	Seed   uint64
@@ -265,6 +269,16 @@ type experimentSim struct {
 
 // RunExperiment simulates one experiment.
 func RunExperiment(cfg ExperimentConfig) (*ExperimentResult, error) {
+	if onLoop {
+		return RunLoop(cfg)
+	}
+	return runLegacy(cfg)
+}
+
+// onLoop makes RunExperiment run the control loop (RunLoop).
+var onLoop = false
+
+func runLegacy(cfg ExperimentConfig) (*ExperimentResult, error) {
 	s, err := newExperimentSim(cfg)
 	if err != nil {
 		return nil, err

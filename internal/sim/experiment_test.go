@@ -20,7 +20,7 @@ import (
 // smallTable is a table of 6 configurations (lr 0.01, 0.1, 1 log-spaced x
 // act relu, tanh) of 4 epochs, each epoch 1 s; lower lr and tanh are
 // better.
-func smallTable(t *testing.T) *replay.Table {
+func smallTable(t testing.TB) *replay.Table {
 	t.Helper()
 	tb := &replay.Table{Name: "small", Metric: "val_loss", Direction: "minimize", Epochs: 4,
 		Space: []replay.Dim{
@@ -43,7 +43,7 @@ func smallTable(t *testing.T) *replay.Table {
 	return tb
 }
 
-func parse(t *testing.T, src string) (*spec.Experiment, []byte) {
+func parse(t testing.TB, src string) (*spec.Experiment, []byte) {
 	t.Helper()
 	e, err := spec.Parse("exp.yaml", []byte(src))
 	if err != nil {
@@ -74,7 +74,7 @@ func onDemandPool(nodes int, price float64, overhead time.Duration) *capacity.Po
 
 // spotPool replays pattern ('1' up, '0' down), one character a minute,
 // repeating.
-func spotPool(t *testing.T, nodes int, price float64, overhead time.Duration, pattern string) *capacity.Pool {
+func spotPool(t testing.TB, nodes int, price float64, overhead time.Duration, pattern string) *capacity.Pool {
 	t.Helper()
 	p := &capacity.Pool{Name: "spot", Node: node, MaxNodes: nodes, Market: spec.Spot, Billing: capacity.PerSecond,
 		RestartOverhead: overhead, PriceSeries: capacity.Constant(price), OnDemandSeries: capacity.Constant(3)}
@@ -163,7 +163,7 @@ func smallRun(t *testing.T, src string, cfg ExperimentConfig) *ExperimentResult 
 		t.Fatal(err)
 	}
 	c.ScaleTo(time.Minute)
-	cfg.Spec, cfg.Curves = e, c
+	cfg.Spec, cfg.Curves, cfg.Data = e, c, data
 	if cfg.Policy == nil {
 		cfg.Policy = schedule.ExpOnDemandOnly{}
 	}
@@ -222,7 +222,7 @@ func TestPreemptionLosesTheStepUnderWay(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.ScaleTo(2 * time.Minute)
-		r, err := RunExperiment(ExperimentConfig{Spec: e, Curves: c, Policy: schedule.ExpGreedy{}, SaveOnStop: save,
+		r, err := RunExperiment(ExperimentConfig{Spec: e, Data: data, Curves: c, Policy: schedule.ExpGreedy{}, SaveOnStop: save,
 			Pools: []*capacity.Pool{spotPool(t, 1, 0.6, time.Minute, pattern), onDemandPool(1, 3, time.Minute)}})
 		if err != nil {
 			t.Fatal(err)
@@ -314,7 +314,7 @@ func TestAdaptiveSearchOnTheTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := ExperimentConfig{Spec: e, Curves: c, Pools: set.Pools, Policy: schedule.ExpOnDemandOnly{}, Deadline: -1}
+	cfg := ExperimentConfig{Spec: e, Data: data, Curves: c, Pools: set.Pools, Policy: schedule.ExpOnDemandOnly{}, Deadline: -1}
 	base, err := RunExperiment(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func BenchmarkScale(b *testing.B) {
 		b.Run(e.Searcher.Name, func(b *testing.B) {
 			for b.Loop() {
 				began := time.Now()
-				r, err := RunExperiment(ExperimentConfig{Spec: e, Curves: c, Pools: set.Pools, Policy: &schedule.ExpPlanned{},
+				r, err := RunExperiment(ExperimentConfig{Spec: e, Data: data, Curves: c, Pools: set.Pools, Policy: &schedule.ExpPlanned{},
 					Deadline: 30 * 24 * time.Hour, TraceOffset: 5 * 24 * time.Hour})
 				if err != nil {
 					b.Fatal(err)

@@ -76,7 +76,16 @@ func main() {
 	phase := flag.Float64("phase", 0, "shift of the start offsets, as a fraction of their spacing (0: the offsets Virga's policy was tuned on; 0.5: halfway between them)")
 	seedBase := flag.Uint64("seed-base", 0, "the searcher's seed at offset k is seed-base+k+1")
 	policyList := flag.String("policies", "", "comma-separated policies to run besides on-demand (empty: all)")
+	engine := flag.String("engine", "legacy", "what runs each experiment: legacy (the simulator's own lifecycle) or loop (Virga's control loop, sim.RunLoop)")
 	flag.Parse()
+	runExperiment := sim.RunExperiment
+	switch *engine {
+	case "legacy":
+	case "loop":
+		runExperiment = sim.RunLoop
+	default:
+		log.Fatalf("-engine %q: want legacy or loop", *engine)
+	}
 
 	e, src, err := spec.Load(*expFile)
 	if err != nil {
@@ -155,9 +164,9 @@ func main() {
 				pools := []*capacity.Pool{{Name: "spot", Node: node, MaxNodes: *nodes, Market: spec.Spot, Billing: capacity.PerSecond,
 					Warning: 2 * time.Minute, RestartOverhead: *overhead, PriceSeries: capacity.Constant(*spot),
 					OnDemandSeries: capacity.Constant(*od), Preemption: jb.tr.model}, onDemand}
-				cfg := sim.ExperimentConfig{Spec: e, Seed: jb.seed, Curves: curves, Pools: pools, TraceOffset: jb.offset, Deadline: -1, Margin: *margin}
+				cfg := sim.ExperimentConfig{Spec: e, File: *expFile, Data: src, Seed: jb.seed, Curves: curves, Pools: pools, TraceOffset: jb.offset, Deadline: -1, Margin: *margin}
 				cfg.Policy = schedule.ExpOnDemandOnly{}
-				base, err := sim.RunExperiment(cfg)
+				base, err := runExperiment(cfg)
 				if err != nil {
 					mu.Lock()
 					failed = err
@@ -168,7 +177,7 @@ func main() {
 					cfg.Deadline = time.Duration(f * float64(base.Makespan))
 					for _, p := range ps {
 						cfg.Policy = p
-						r, err := sim.RunExperiment(cfg)
+						r, err := runExperiment(cfg)
 						if err != nil {
 							mu.Lock()
 							failed = err
