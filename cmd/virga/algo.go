@@ -114,7 +114,7 @@ Algorithms: ` + strings.Join(algo.Names(), ", "),
 				}
 			}
 			token := algoToken(cmd, g, gang)
-			if serve != "" && token == "" && !loopback(serve) {
+			if serve != "" && token == "" && !algo.Loopback(serve) {
 				return usageError{fmt.Errorf("--serve %s listens beyond this machine: set VIRGA_ALGO_TOKEN (or --token) to a secret that its workers are given too, or serve on 127.0.0.1", serve)}
 			}
 			if workers > 1 && multi {
@@ -217,18 +217,9 @@ Algorithms: ` + strings.Join(algo.Names(), ", "),
 				// A trial of several processes (resources.nodes /
 				// processes_per_node): rank 0 is the coordinator and a
 				// worker, the others workers; they share 4 shards each.
-				n := max(shards, 4*gang.WorldSize)
-				url := "http://" + net.JoinHostPort(gang.MasterAddr, strconv.Itoa(gang.MasterPort))
-				// A gang on one machine keeps its coordinator on loopback; one
-				// across machines listens on every address and needs a token
-				// (under Virga, derived from the trial's).
-				master := net.JoinHostPort(gang.MasterAddr, strconv.Itoa(gang.MasterPort))
-				addr := master
-				if !loopback(master) {
-					if token == "" {
-						return usageError{fmt.Errorf("a gang across machines (MASTER_ADDR %s) needs a token between its ranks: set VIRGA_ALGO_TOKEN on every rank (under Virga the trial's token is used)", gang.MasterAddr)}
-					}
-					addr = ":" + strconv.Itoa(gang.MasterPort)
+				addr, url, n, err := gang.Endpoints(shards, token)
+				if err != nil {
+					return usageError{err}
 				}
 				w := &algo.Worker{Name: b.Name, Alg: alg, URL: url, Token: token, Input: in, Options: opts, Shard: -1, Logf: logf}
 				if gang.Rank > 0 {
@@ -377,19 +368,6 @@ func algoToken(cmd *cobra.Command, g *globals, gang algo.Gang) string {
 		return hex.EncodeToString(sum[:])
 	}
 	return ""
-}
-
-// loopback tells whether a listen address is this machine's only.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // inFlags says the input package's and the learners' advice in the

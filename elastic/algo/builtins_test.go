@@ -134,3 +134,37 @@ func TestGangFromEnv(t *testing.T) {
 		})
 	}
 }
+
+func TestGangEndpoints(t *testing.T) {
+	for _, c := range []struct {
+		name                string
+		gang                Gang
+		shards              int
+		token               string
+		wantListen, wantURL string
+		wantN               int
+		wantErr             string
+	}{
+		{name: "one machine stays on loopback", gang: Gang{WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: 29500}, shards: 1,
+			wantListen: "127.0.0.1:29500", wantURL: "http://127.0.0.1:29500", wantN: 12},
+		{name: "more shards asked", gang: Gang{WorldSize: 2, MasterAddr: "localhost", MasterPort: 7}, shards: 20,
+			wantListen: "localhost:7", wantURL: "http://localhost:7", wantN: 20},
+		{name: "across machines with a token", gang: Gang{WorldSize: 2, MasterAddr: "node1", MasterPort: 29500}, shards: 1, token: "s",
+			wantListen: ":29500", wantURL: "http://node1:29500", wantN: 8},
+		{name: "across machines without a token", gang: Gang{WorldSize: 2, MasterAddr: "node1", MasterPort: 29500}, shards: 1,
+			wantErr: "a gang across machines (MASTER_ADDR node1) needs a token"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			listen, url, n, err := c.gang.Endpoints(c.shards, c.token)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("Endpoints: error %v, want one with %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || listen != c.wantListen || url != c.wantURL || n != c.wantN {
+				t.Fatalf("Endpoints = %q, %q, %d, %v; want %q, %q, %d", listen, url, n, err, c.wantListen, c.wantURL, c.wantN)
+			}
+		})
+	}
+}

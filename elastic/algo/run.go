@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -262,4 +263,35 @@ func GangFromEnv(getenv func(string) string) (Gang, error) {
 		err = fmt.Errorf("MASTER_PORT=%d: want a TCP port", g.MasterPort)
 	}
 	return g, err
+}
+
+// Endpoints are where a gang's coordinator (rank 0) listens (listen), the
+// URL its workers join (url) and the shards it hands out: at least shards,
+// 4 per rank. A gang on one machine keeps its coordinator on loopback; one
+// across machines listens on every address and needs a token between its
+// ranks (under Virga, derived from the trial's).
+func (g Gang) Endpoints(shards int, token string) (listen, url string, n int, err error) {
+	n = max(shards, 4*g.WorldSize)
+	master := net.JoinHostPort(g.MasterAddr, strconv.Itoa(g.MasterPort))
+	url, listen = "http://"+master, master
+	if !Loopback(master) {
+		if token == "" {
+			return "", "", 0, fmt.Errorf("a gang across machines (MASTER_ADDR %s) needs a token between its ranks: set VIRGA_ALGO_TOKEN on every rank (under Virga the trial's token is used)", g.MasterAddr)
+		}
+		listen = ":" + strconv.Itoa(g.MasterPort)
+	}
+	return listen, url, n, nil
+}
+
+// Loopback tells whether a listen address is this machine's only.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
