@@ -4,16 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,141 +20,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virga-ml/virga/elastic"
-	"github.com/virga-ml/virga/elastic/algo/fm"
-	"github.com/virga-ml/virga/elastic/algo/kmeans"
-	"github.com/virga-ml/virga/elastic/algo/linear"
-	"github.com/virga-ml/virga/elastic/algo/pca"
+	"github.com/virga-ml/virga/elastic/algo"
 	"github.com/virga-ml/virga/elastic/input"
-	"github.com/virga-ml/virga/internal/registry"
-	elasticrt "github.com/virga-ml/virga/internal/serve/runtime/elastic"
 	"github.com/virga-ml/virga/sdk/go/trial"
 )
-
-// builtin is one of Virga's built-in streaming algorithms.
-type builtin struct {
-	name, summary string
-	params        []string // the names --param takes (and "features", the input's width, for all)
-	labelled      bool     // it learns from labels
-	wide          bool     // its state's size is the input's width
-	// serves: its model predicts, and Virga serves it (a run with a
-	// checkpoint directory writes it there as model/ at the end).
-	serves bool
-	// make builds the algorithm from its parameters (flags --param k=v and
-	// the trial's hyperparameters) and the input's width (its number of
-	// feature columns), and returns how to save its final model.
-	make func(params map[string]float64, width int) (elastic.Algorithm, saver, error)
-}
-
-type saver func(m elastic.Model) (*elastic.SavedModel, error)
-
-var builtins = map[string]builtin{
-	"median": {name: "median", summary: "the median of the first column, by the SGD of Liberty et al. (steps of at most batch/sqrt(rows) in the data's units: for long inputs)",
-		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
-			return elastic.Median{}, vectors("median", ps), nil
-		}},
-	"moments": {name: "moments", summary: "count, mean and variance of every column (exact, one pass)",
-		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
-			return elastic.Moments{}, vectors("moments", ps), nil
-		}},
-	"linear-learner": {name: "linear-learner", labelled: true, wide: true, serves: true, params: []string{"classes", "learning_rate", "l2", "validation_fraction"}, summary: "linear or logistic regression by SGD, many learning rates and L2 at once, the best on validation kept (params: classes (0: regression, 2: binary, K: multiclass), learning_rate, l2, validation_fraction)",
-		make: makeLinear},
-	"kmeans": {name: "kmeans", serves: true, params: []string{"k", "seed"}, summary: "streaming mini-batch k-means, the collected centres reduced to k by k-means++ (params: k, seed)",
-		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
-			k := int(ps["k"])
-			if k < 1 {
-				return nil, nil, errors.New("k: the number of clusters is required (--param k=10)")
-			}
-			return &kmeans.KMeans{K: k, Seed: uint64(ps["seed"])}, func(m elastic.Model) (*elastic.SavedModel, error) {
-				km, err := kmeans.FromModel(m, k)
-				if err != nil {
-					return nil, err
-				}
-				return km.Saved(ps), nil
-			}, nil
-		}},
-	"factorization-machines": {name: "factorization-machines", labelled: true, wide: true, serves: true, params: []string{"classes", "factors", "learning_rate", "l2_w", "l2_v", "sgd", "seed"}, summary: "factorization machine by AdaGrad (or SGD), one model (params: classes (0: regression, 2: binary), factors, learning_rate, l2_w, l2_v, sgd (1: plain SGD), seed)",
-		make: makeFM},
-	"pca": {name: "pca", serves: true, params: []string{"k"}, summary: "principal components from the streaming covariance (params: k)",
-		make: func(ps map[string]float64, _ int) (elastic.Algorithm, saver, error) {
-			k := int(ps["k"])
-			if k < 1 {
-				return nil, nil, errors.New("k: the number of components is required (--param k=10)")
-			}
-			return &pca.PCA{K: k}, func(m elastic.Model) (*elastic.SavedModel, error) {
-				pm, err := pca.FromModel(m)
-				if err != nil {
-					return nil, err
-				}
-				return pm.Saved(ps), nil
-			}, nil
-		}},
-}
-
-func makeLinear(ps map[string]float64, width int) (elastic.Algorithm, saver, error) {
-	cfg := linear.Config{Features: width, Predictor: linear.Regressor}
-	switch k := int(ps["classes"]); {
-	case k == 2:
-		cfg.Predictor = linear.Binary
-	case k > 2:
-		cfg.Predictor, cfg.Classes = linear.Multiclass, k
-	case k < 0:
-		return nil, nil, fmt.Errorf("classes: want 0 (regression), 2 (binary) or the number of classes (got %d)", k)
-	}
-	if lr, ok := ps["learning_rate"]; ok {
-		cfg.LearningRates = []float64{lr}
-	}
-	if l2, ok := ps["l2"]; ok {
-		cfg.L2 = []float64{l2}
-	}
-	if v, ok := ps["validation_fraction"]; ok {
-		cfg.ValidationFraction = v
-	}
-	l, err := linear.New(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return l, l.Save, nil
-}
-
-func makeFM(ps map[string]float64, width int) (elastic.Algorithm, saver, error) {
-	cfg := fm.Config{Features: width, Predictor: fm.Regressor, Factors: int(ps["factors"]),
-		LearningRate: ps["learning_rate"], L2W: ps["l2_w"], L2V: ps["l2_v"], Seed: uint64(ps["seed"])}
-	switch k := int(ps["classes"]); k {
-	case 0:
-	case 2:
-		cfg.Predictor = fm.Binary
-	default:
-		return nil, nil, fmt.Errorf("classes: want 0 (regression) or 2 (binary) (got %d)", k)
-	}
-	if ps["sgd"] > 0 {
-		cfg.Optimizer = fm.SGD
-	}
-	f, err := fm.New(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return f, f.Save, nil
-}
-
-// vectors saves a model whose tensors are all vectors.
-func vectors(algo string, params map[string]float64) saver {
-	return func(m elastic.Model) (*elastic.SavedModel, error) {
-		sm := &elastic.SavedModel{Algorithm: algo, Params: params, Tensors: map[string]elastic.SavedTensor{}}
-		for k, t := range m {
-			sm.Tensors[k] = elastic.SavedTensor{Shape: []int{len(t)}, Data: t}
-		}
-		return sm, nil
-	}
-}
-
-func builtinNames() []string {
-	var names []string
-	for n := range builtins {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
 
 func newAlgoCmd(g *globals) *cobra.Command {
 	var in, format, label, modelOut, base, ckptDir, split string
@@ -188,12 +54,12 @@ loopback requires. A checkpoint or --base state records its algorithm and is ref
 --sample N runs on the first N rows of each shard only and prints the rows per second per worker and,
 with --price (USD per worker-hour), the time and cost of the whole input.
 
-Algorithms: ` + strings.Join(builtinNames(), ", "),
+Algorithms: ` + strings.Join(algo.Names(), ", "),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, ok := builtins[args[0]]
+			b, ok := algo.Builtins[args[0]]
 			if !ok {
-				return usageError{fmt.Errorf("unknown algorithm %q (known: %s)", args[0], strings.Join(builtinNames(), ", "))}
+				return usageError{fmt.Errorf("unknown algorithm %q (known: %s)", args[0], strings.Join(algo.Names(), ", "))}
 			}
 			if in == "" && serve == "" {
 				return usageError{errors.New("--input is required: a file, '-' for standard input, tcp://host:port or an http(s) URL")}
@@ -234,7 +100,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if every <= 0 || lease <= 0 {
 				return usageError{errors.New("--checkpoint-every and --lease must be positive durations")}
 			}
-			gang, err := gangFromEnv()
+			gang, err := algo.GangFromEnv(os.Getenv)
 			if err != nil {
 				return err
 			}
@@ -248,7 +114,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 				}
 			}
 			token := algoToken(cmd, g, gang)
-			if serve != "" && token == "" && !loopback(serve) {
+			if serve != "" && token == "" && !algo.Loopback(serve) {
 				return usageError{fmt.Errorf("--serve %s listens beyond this machine: set VIRGA_ALGO_TOKEN (or --token) to a secret that its workers are given too, or serve on 127.0.0.1", serve)}
 			}
 			if workers > 1 && multi {
@@ -273,12 +139,12 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if err != nil {
 				return err
 			}
-			ps, ignored, err := algoParams(b, params, t.HParams())
+			ps, ignored, err := b.Parse(params, t.HParams())
 			if err != nil {
 				return usageError{err}
 			}
 			if len(ignored) > 0 {
-				fmt.Fprintf(g.stderr, "virga algo: hyperparameters %s are not parameters of %s; ignored\n", strings.Join(ignored, ", "), b.name)
+				fmt.Fprintf(g.stderr, "virga algo: hyperparameters %s are not parameters of %s; ignored\n", strings.Join(ignored, ", "), b.Name)
 			}
 			// The width: the learners' state is sized by it, and every
 			// reader of a libsvm input must produce rows of the same one.
@@ -287,9 +153,9 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if f, err := input.FormatOf(in); opts.Format == "" && err == nil {
 				svm = f == input.LibSVM
 			}
-			if width == 0 && in != "" && (b.wide || svm) {
+			if width == 0 && in != "" && (b.Wide || svm) {
 				if in == "-" || input.IsNetwork(in) {
-					if b.wide {
+					if b.Wide {
 						return usageError{fmt.Errorf("the width of %s, a stream, cannot be read in advance: give --param features=D", in)}
 					}
 				} else if width, err = input.Width(cmd.Context(), in, opts); err != nil {
@@ -299,95 +165,85 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if svm && width > 0 {
 				opts.Features = width
 			}
-			alg, save, err := b.make(ps, width)
+			alg, save, err := b.Make(ps, width)
 			if err != nil {
-				return usageError{fmt.Errorf("%s: %w", b.name, err)}
+				return usageError{fmt.Errorf("%s: %w", b.Name, err)}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			logf := func(format string, args ...any) {
+				fmt.Fprintf(g.stderr, "virga algo: "+format+"\n", args...)
+			}
 			if join != "" {
 				if !cmd.Flags().Changed("shards") {
 					shards = 0 // the coordinator's
 				}
-				return runWorker(ctx, g, b.name, alg, join, in, opts, shard, shards, token)
+				if shard < -1 || (shards > 0 && shard >= shards) {
+					return usageError{fmt.Errorf("--shard %d: want 0 to %d (or none: the coordinator hands shards out)", shard, shards-1)}
+				}
+				w := &algo.Worker{Name: b.Name, Alg: alg, URL: join, Token: token, Input: in, Options: opts, Shard: shard, Shards: shards, Logf: logf}
+				return stopped(w.Run(ctx))
 			}
 			var baseState map[string]elastic.Tensor
 			if base != "" && gang.Rank == 0 {
 				c, err := elastic.ReadCheckpoint(base)
 				if err == nil {
-					err = c.Fits(ctx, b.name, alg)
+					err = c.Fits(ctx, b.Name, alg)
 				}
 				if err != nil {
 					return fmt.Errorf("--base %s: %w", base, err)
 				}
 				baseState = c.Tensors
 			}
+			var report algo.Reporter
+			if t.Managed() {
+				report = func(ctx context.Context, step int64, metrics map[string]float64) error {
+					_, err := t.Report(ctx, step, metrics)
+					return err
+				}
+			}
+			coordinator := func(addr string, shards int) *algo.Coordinator {
+				return &algo.Coordinator{Builtin: b, Alg: alg, Save: save, Addr: addr, Shards: shards, Passes: epochs, Lease: lease,
+					CheckpointDir: ckptDir, Every: every, ModelOut: modelOut, Base: baseState, Token: token, Logf: logf}
+			}
 			if serve != "" {
-				c := &coordinator{addr: serve, shards: shards, passes: epochs, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState, token: token}
-				return c.run(ctx, g, b, alg, save)
+				res, err := coordinator(serve, shards).Run(ctx)
+				if err != nil {
+					return stopped(err)
+				}
+				return printAlgoResult(g, res, fmt.Sprintf("%s: %d rows from %d shards\n", b.Name, res.Rows, shards))
 			}
 			if gang.WorldSize > 1 {
 				// A trial of several processes (resources.nodes /
 				// processes_per_node): rank 0 is the coordinator and a
 				// worker, the others workers; they share 4 shards each.
-				n := max(shards, 4*gang.WorldSize)
-				url := "http://" + net.JoinHostPort(gang.MasterAddr, strconv.Itoa(gang.MasterPort))
-				// A gang on one machine keeps its coordinator on loopback; one
-				// across machines listens on every address and needs a token
-				// (under Virga, derived from the trial's).
-				master := net.JoinHostPort(gang.MasterAddr, strconv.Itoa(gang.MasterPort))
-				addr := master
-				if !loopback(master) {
-					if token == "" {
-						return usageError{fmt.Errorf("a gang across machines (MASTER_ADDR %s) needs a token between its ranks: set VIRGA_ALGO_TOKEN on every rank (under Virga the trial's token is used)", gang.MasterAddr)}
-					}
-					addr = ":" + strconv.Itoa(gang.MasterPort)
+				addr, url, n, err := gang.Endpoints(shards, token)
+				if err != nil {
+					return usageError{err}
 				}
+				w := &algo.Worker{Name: b.Name, Alg: alg, URL: url, Token: token, Input: in, Options: opts, Shard: -1, Logf: logf}
 				if gang.Rank > 0 {
-					return runWorker(ctx, g, b.name, alg, url, in, opts, -1, 0, token)
+					return stopped(w.Run(ctx))
 				}
-				c := &coordinator{addr: addr, shards: n, passes: epochs, lease: lease, ckptDir: ckptDir, every: every, modelOut: modelOut, base: baseState,
-					expect: gang.WorldSize, token: token}
+				c := coordinator(addr, n)
+				c.Expect = gang.WorldSize
 				if t.Managed() {
-					c.ckptDir = t.CheckpointDir()
-					c.report = func(ctx context.Context, step int64, metrics map[string]float64) error {
-						_, err := t.Report(ctx, step, metrics)
-						return err
-					}
+					c.CheckpointDir = t.CheckpointDir()
+					c.Report = report
 				}
-				return runGangLeader(ctx, g, c, b, alg, save, in, opts)
+				res, err := algo.GangLeader(ctx, c, w)
+				if err != nil {
+					return stopped(err)
+				}
+				return printAlgoResult(g, res, fmt.Sprintf("%s: %d rows from %d shards\n", b.Name, res.Rows, n))
 			}
-			passes := epochs
-			if sample > 0 {
-				passes = 1 // the estimate multiplies one pass's time
-			}
-			job := &elastic.Job{Alg: alg, Name: b.name, Shards: workers, Epochs: passes, Every: every,
-				Open: func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
-					src, err := input.OpenShardAt(in, opts, k, workers, pos)
-					if err != nil {
-						return nil, err
-					}
-					if sample > 0 {
-						return &limited{Source: src, left: sample - pos}, nil
-					}
-					return src, nil
-				}}
-			job.Base = baseState
-			step := int64(0)
-			job.CheckpointDir = ckptDir
+			job := &algo.Local{Builtin: b, Alg: alg, Save: save, Input: in, Options: opts, Workers: workers, Epochs: epochs, Every: every,
+				Sample: sample, CheckpointDir: ckptDir, Base: baseState, ModelOut: modelOut, Logf: logf}
 			if t.Managed() {
 				job.CheckpointDir = t.CheckpointDir()
-				job.OnCheckpoint = func(ctx context.Context, rows int64) error {
-					step++
-					_, err := t.Report(ctx, step, map[string]float64{"rows": float64(rows)})
-					return err
-				}
+				job.Report = report
 			}
-			job.OnResume = func(rows int64) {
-				fmt.Fprintf(g.stderr, "virga algo: resuming from the checkpoint in %s: %d rows read\n", job.CheckpointDir, rows)
-			}
-			start := time.Now()
-			m, st, err := job.Run(ctx)
+			res, err := job.Run(ctx)
 			var shape *elastic.ShapeError
 			switch {
 			case errors.Is(err, elastic.ErrNotItsState):
@@ -402,55 +258,17 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 			if err != nil {
 				return err
 			}
-			rows := elastic.Rows(st.Snapshot())
-			secs := time.Since(start).Seconds()
+			secs := res.Elapsed.Seconds()
 			if sample > 0 {
-				perWorker := float64(rows) / secs / float64(workers)
-				fmt.Fprintf(g.stdout, "sample: %d rows on %s in %.2fs: %.0f rows/s per worker\n", rows, plural(workers, "worker"), secs, perWorker)
-				if total, err := countRows(in, opts); err == nil && perWorker > 0 {
-					hours := float64(total) * float64(epochs) / perWorker / float64(workers) / 3600
-					fmt.Fprintf(g.stdout, "whole input: %d rows", total)
-					if epochs > 1 {
-						fmt.Fprintf(g.stdout, " x %d passes", epochs)
-					}
-					fmt.Fprintf(g.stdout, ": about %s on %s", time.Duration(hours*float64(time.Hour)).Round(time.Second), plural(workers, "worker"))
-					if price > 0 {
-						fmt.Fprintf(g.stdout, ", $%.4f at $%g per worker-hour", hours*float64(workers)*price, price)
-					}
-					fmt.Fprintln(g.stdout)
-				} else if err != nil {
-					fmt.Fprintf(g.stdout, "whole input: its size is unknown (%v)\n", err)
-				}
+				printSample(g.stdout, res.Rows, secs, workers, epochs, price, in, opts)
 				return nil
 			}
-			saved, err := save(m)
-			if err != nil {
-				return err
-			}
-			if modelOut != "" {
-				if err := elastic.SaveModelFile(modelOut, saved); err != nil {
-					return err
-				}
-			}
-			if err := writeModelDir(b, job.CheckpointDir, saved); err != nil {
-				return err
-			}
-			if t.Managed() {
-				if _, err := t.Report(ctx, step+1, finalMetrics(m, saved, rows)); err != nil {
-					return err
-				}
-			}
-			if g.json {
-				return g.printJSON(saved)
-			}
-			fmt.Fprintf(g.stdout, "%s: %d rows in %.2fs\n", b.name, rows, secs)
-			printModel(g.stdout, m, saved)
-			return nil
+			return printAlgoResult(g, res, fmt.Sprintf("%s: %d rows in %.2fs\n", b.Name, res.Rows, secs))
 		},
 	}
-	run := cmd.RunE
+	runE := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := run(cmd, args); err != nil {
+		if err := runE(cmd, args); err != nil {
 			return notTheServer{inFlags{err}}
 		}
 		return nil
@@ -481,7 +299,7 @@ Algorithms: ` + strings.Join(builtinNames(), ", "),
 
 // checkLabel refuses a CSV input without a label column for a learner of
 // labels, and --label for the formats that carry their labels.
-func checkLabel(b builtin, in string, opts input.Options, given bool) error {
+func checkLabel(b algo.Builtin, in string, opts input.Options, given bool) error {
 	if in == "" {
 		return nil
 	}
@@ -493,8 +311,8 @@ func checkLabel(b builtin, in string, opts input.Options, given bool) error {
 		}
 	}
 	switch {
-	case f == input.CSV && b.labelled && opts.Label == 0:
-		return usageError{fmt.Errorf("%s learns from labels: give --label, the CSV column that holds them (a 1-based number or last)", b.name)}
+	case f == input.CSV && b.Labelled && opts.Label == 0:
+		return usageError{fmt.Errorf("%s learns from labels: give --label, the CSV column that holds them (a 1-based number or last)", b.Name)}
 	case f != input.CSV && given && opts.Label != 0:
 		return usageError{fmt.Errorf("--label is for CSV input; %s input carries its labels (JSON lines: \"y\"; libsvm: the first field)", f)}
 	}
@@ -538,7 +356,7 @@ func checkAlgoFlags(cmd *cobra.Command, multi bool, serve, join string, sample i
 // algoToken is the bearer token between a coordinator and its workers:
 // VIRGA_ALGO_TOKEN, or --token when given. The ranks of a gang trial
 // under Virga, which all hold their trial's token, derive one from it.
-func algoToken(cmd *cobra.Command, g *globals, gang gangEnv) string {
+func algoToken(cmd *cobra.Command, g *globals, gang algo.Gang) string {
 	if f := cmd.Flag("token"); f != nil && f.Changed {
 		return g.token
 	}
@@ -550,19 +368,6 @@ func algoToken(cmd *cobra.Command, g *globals, gang gangEnv) string {
 		return hex.EncodeToString(sum[:])
 	}
 	return ""
-}
-
-// loopback tells whether a listen address is this machine's only.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // inFlags says the input package's and the learners' advice in the
@@ -590,374 +395,45 @@ type notTheServer struct{ error }
 
 func (e notTheServer) Unwrap() error { return e.error }
 
-// algoParams merges --param name=value with the trial's numeric
-// hyperparameters (flags win).
-func algoParams(b builtin, flags []string, hp map[string]any) (ps map[string]float64, ignored []string, err error) {
-	known := func(k string) bool { return k == "features" || slices.Contains(b.params, k) }
-	ps = map[string]float64{}
-	for k, v := range hp {
-		if !known(k) {
-			ignored = append(ignored, k)
-			continue
-		}
-		switch x := v.(type) {
-		case float64:
-			ps[k] = x
-		case json.Number:
-			if f, err := x.Float64(); err == nil {
-				ps[k] = f
-			}
-		case bool:
-			if x {
-				ps[k] = 1
-			} else {
-				ps[k] = 0
-			}
-		}
+// stopped turns a coordinator's or worker's ErrStopped into the exit code
+// of a stopped trial.
+func stopped(err error) error {
+	if errors.Is(err, algo.ErrStopped) {
+		return exitError{code: trial.StoppedExitCode}
 	}
-	for _, p := range flags {
-		k, v, ok := strings.Cut(p, "=")
-		f, err := strconv.ParseFloat(v, 64)
-		if !ok || k == "" || err != nil {
-			return nil, nil, fmt.Errorf("--param %q: want name=number", p)
-		}
-		if !known(k) {
-			names := "none but features"
-			if len(b.params) > 0 {
-				names = strings.Join(b.params, ", ") + ", features"
-			}
-			return nil, nil, fmt.Errorf("--param %s: %s has no parameter %q (its parameters: %s)", p, b.name, k, names)
-		}
-		ps[k] = f
-	}
-	sort.Strings(ignored)
-	return ps, ignored, nil
+	return err
 }
 
-// limited ends a shard after a number of rows (for --sample).
-type limited struct {
-	elastic.Source
-	left int64
-}
-
-// Close closes the shard's source.
-func (l *limited) Close() error {
-	if c, ok := l.Source.(io.Closer); ok {
-		return c.Close()
+// printAlgoResult prints a finished run: its saved model as JSON with
+// --json, else the headline and the model.
+func printAlgoResult(g *globals, res *algo.Result, headline string) error {
+	if g.json {
+		return g.printJSON(res.Saved)
 	}
+	fmt.Fprint(g.stdout, headline)
+	printModel(g.stdout, res.Model, res.Saved)
 	return nil
 }
 
-func (l *limited) Next(ctx context.Context) (*elastic.Batch, error) {
-	if l.left <= 0 {
-		return nil, io.EOF
-	}
-	b, err := l.Source.Next(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if n := int64(b.Rows()); n > l.left {
-		cut := &elastic.Batch{X: b.X[:l.left*int64(b.Cols)], Cols: b.Cols}
-		if b.Y != nil {
-			cut.Y = b.Y[:l.left]
+// printSample prints a --sample run's throughput and, when the input's
+// size is known, the whole input's time and cost.
+func printSample(w io.Writer, rows int64, secs float64, workers, epochs int, price float64, in string, opts input.Options) {
+	perWorker := float64(rows) / secs / float64(workers)
+	fmt.Fprintf(w, "sample: %d rows on %s in %.2fs: %.0f rows/s per worker\n", rows, plural(workers, "worker"), secs, perWorker)
+	if total, err := algo.CountRows(in, opts); err == nil && perWorker > 0 {
+		hours := float64(total) * float64(epochs) / perWorker / float64(workers) / 3600
+		fmt.Fprintf(w, "whole input: %d rows", total)
+		if epochs > 1 {
+			fmt.Fprintf(w, " x %d passes", epochs)
 		}
-		b = cut
-	}
-	l.left -= int64(b.Rows())
-	return b, nil
-}
-
-// countRows counts an input's rows by reading it (files only).
-func countRows(uri string, opts input.Options) (int64, error) {
-	if uri == "-" || input.IsNetwork(uri) {
-		return 0, errors.New("a stream's length is not known in advance")
-	}
-	src, err := input.Open(uri, opts)
-	if err != nil {
-		return 0, err
-	}
-	defer src.Close()
-	ctx := context.Background()
-	for {
-		_, err := src.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return src.Pos(), nil
+		fmt.Fprintf(w, ": about %s on %s", time.Duration(hours*float64(time.Hour)).Round(time.Second), plural(workers, "worker"))
+		if price > 0 {
+			fmt.Fprintf(w, ", $%.4f at $%g per worker-hour", hours*float64(workers)*price, price)
 		}
-		if err != nil {
-			return 0, err
-		}
+		fmt.Fprintln(w)
+	} else if err != nil {
+		fmt.Fprintf(w, "whole input: its size is unknown (%v)\n", err)
 	}
-}
-
-// runWorker is one worker process: it joins the coordinator and reads the
-// shards it hands out (shard < 0) or shard shard of shards (shards 0: as
-// many as the coordinator has), starting where the state says each was
-// read to, as many passes as the coordinator says. When the coordinator
-// cannot be reached or has dropped it (it restarts) it joins again, for up
-// to a minute after it last reached it; other errors end it.
-func runWorker(ctx context.Context, g *globals, name string, alg elastic.Algorithm, url, in string, opts input.Options, shard, shards int, token string) error {
-	if shard < -1 || (shards > 0 && shard >= shards) {
-		return usageError{fmt.Errorf("--shard %d: want 0 to %d (or none: the coordinator hands shards out)", shard, shards-1)}
-	}
-	var read []int // the shards this worker opened
-	open := func(ctx context.Context, k, n int, pos int64) (elastic.Source, error) {
-		if len(read) == 0 || read[len(read)-1] != k {
-			read = append(read, k)
-		}
-		return input.OpenShardAt(in, opts, k, n, pos)
-	}
-	what := "worker of shard " + strconv.Itoa(shard)
-	if shard < 0 {
-		what = "worker"
-	}
-	var last error
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		w, err := elastic.JoinAs(ctx, url, token, name)
-		if err == nil {
-			deadline = time.Now().Add(time.Minute) // it was reached: a minute from now
-			if shard >= 0 {
-				err = runBound(ctx, alg, w, shard, shards, open)
-			} else {
-				err = w.Work(ctx, alg, 200*time.Millisecond, open)
-			}
-			if err == nil {
-				_ = w.Leave(ctx)
-				fmt.Fprintf(g.stderr, "virga algo: worker %d: done; read shards %v\n", w.Worker(), read)
-				return nil
-			}
-			w.Close()
-		}
-		if ctx.Err() != nil {
-			return exitError{code: trial.StoppedExitCode}
-		}
-		// Only the coordinator being away (restarting) is worth waiting
-		// for; the input's or the algorithm's errors are not.
-		if !errors.Is(err, elastic.ErrNotMember) && !errors.Is(err, elastic.ErrUnreachable) {
-			if w != nil {
-				_ = w.Leave(context.WithoutCancel(ctx)) // its shard goes to another now
-			}
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if last == nil || err.Error() != last.Error() {
-			fmt.Fprintf(g.stderr, "virga algo: %s: %v; joining again\n", what, err)
-		}
-		last = err
-		time.Sleep(200 * time.Millisecond)
-	}
-	return fmt.Errorf("%s: the coordinator at %s: %w", what, url, last)
-}
-
-// runBound reads one given shard: it claims it (no other worker may read
-// it meanwhile) and checks that the coordinator splits the input as this
-// worker was told.
-func runBound(ctx context.Context, alg elastic.Algorithm, w *elastic.RemoteState, shard, shards int, open elastic.ShardOpener) error {
-	// A worker that held the shard and died holds it until its lease
-	// runs out: wait that long (twice, for slack), no longer.
-	c, err := w.ClaimShard(ctx, shard)
-	for end := time.Now().Add(2 * w.Lease()); errors.Is(err, elastic.ErrHeld) && time.Now().Before(end); {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-		c, err = w.ClaimShard(ctx, shard)
-	}
-	if err != nil {
-		return err
-	}
-	if shards > 0 && c.Shards != shards {
-		return fmt.Errorf("--shards %d: the coordinator splits the input into %d shards", shards, c.Shards)
-	}
-	for !c.Done {
-		err := elastic.RunShardPasses(ctx, alg, w, shard, c.Passes, func(ctx context.Context, k int, pos int64) (elastic.Source, error) {
-			return open(ctx, k, c.Shards, pos)
-		})
-		if err != nil {
-			return err
-		}
-		// The shard is done; the worker leaves once the coordinator has
-		// checkpointed that (if it restarts before, the shard is not done
-		// in the state it resumes from, and this worker reads the rest).
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-		if c, err = w.ClaimShard(ctx, shard); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// coordinator is a run of `virga algo --serve` (or rank 0 of a gang).
-type coordinator struct {
-	addr     string // to listen on
-	shards   int
-	passes   int
-	expect   int // the workers to wait for at the end (a gang's size)
-	lease    time.Duration
-	ckptDir  string // the state is checkpointed here and resumed from
-	every    time.Duration
-	modelOut string
-	base     map[string]elastic.Tensor // incremental training: the state to start from
-	token    string                    // workers' bearer token, if any
-	// report, if set, reports progress (rows) after each checkpoint and the
-	// final metrics: the coordinator is the trial's voice.
-	report func(ctx context.Context, step int64, metrics map[string]float64) error
-	// listening, if set, receives the address served on.
-	listening chan<- string
-}
-
-// run serves the state to worker processes until every shard is read,
-// checkpointing it to ckptDir as it goes (a restarted coordinator resumes
-// from it), then finalizes and saves the model.
-func (c *coordinator) run(ctx context.Context, g *globals, b builtin, alg elastic.Algorithm, save saver) error {
-	st := elastic.NewMemState(0)
-	resumed := false
-	if c.ckptDir != "" {
-		if ck, err := elastic.ReadCheckpoint(c.ckptDir); err == nil {
-			if err := ck.Fits(ctx, b.name, alg); err != nil {
-				return fmt.Errorf("%s: %w (use another --checkpoint directory, or remove this one)", filepath.Join(c.ckptDir, elastic.StateFile), err)
-			}
-			st.Restore(ck.Tensors)
-			resumed = true
-			fmt.Fprintf(g.stderr, "virga algo: resuming from the checkpoint in %s: %d rows read\n", c.ckptDir, elastic.Rows(ck.Tensors))
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	if !resumed {
-		if c.base != nil {
-			st.Restore(elastic.AlgorithmState(c.base))
-		} else if err := alg.Initialize(ctx, st); err != nil {
-			return err
-		}
-	}
-	if err := elastic.CheckLayout(ctx, st, c.shards, max(c.passes, 1)); err != nil {
-		return fmt.Errorf("%s: %w (start the coordinator with the --shards and --epochs it had, or remove the checkpoint)", c.ckptDir, err)
-	}
-	coord := elastic.NewCoordinator(st)
-	coord.Token = c.token
-	coord.Algorithm = b.name
-	coord.Shards, coord.Passes = c.shards, max(c.passes, 1)
-	coord.Lease = c.lease
-	// With a checkpoint, a worker leaves only once the end of its shards
-	// is in it: one that left on this process's word, which then died
-	// before checkpointing, would leave the rest of its shard to no one.
-	coord.Durable = c.ckptDir != ""
-	ln, err := net.Listen("tcp", c.addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: coord, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go coord.Run(cctx)
-	fmt.Fprintf(g.stderr, "virga algo: coordinator of %d shards on %s\n", c.shards, ln.Addr())
-	if c.listening != nil {
-		c.listening <- ln.Addr().String()
-	}
-	var step int64
-	checkpoint := func(ctx context.Context) error {
-		if c.ckptDir == "" {
-			return nil
-		}
-		snap := st.Snapshot()
-		if err := elastic.WriteCheckpoint(c.ckptDir, elastic.Checkpoint{Algorithm: b.name, Tensors: snap}); err != nil {
-			return err
-		}
-		coord.Saved(snap)
-		if c.report == nil {
-			return nil
-		}
-		step++
-		return c.report(ctx, step, map[string]float64{"rows": float64(elastic.Rows(snap))})
-	}
-	done := make(chan error, 1)
-	go func() { done <- elastic.WaitShards(cctx, st, c.shards, 20*time.Millisecond) }()
-	tick := time.NewTicker(c.every)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				_ = checkpoint(context.WithoutCancel(ctx))
-				if ctx.Err() != nil {
-					return exitError{code: trial.StoppedExitCode}
-				}
-				return err
-			}
-			m, err := alg.Finalize(ctx, st)
-			if err != nil {
-				return err
-			}
-			if c.ckptDir != "" {
-				snap := st.Snapshot()
-				if err := elastic.WriteCheckpoint(c.ckptDir, elastic.Checkpoint{Algorithm: b.name, Tensors: snap}); err != nil {
-					return err
-				}
-				coord.Saved(snap)
-			}
-			saved, err := save(m)
-			if err != nil {
-				return err
-			}
-			if c.modelOut != "" {
-				if err := elastic.SaveModelFile(c.modelOut, saved); err != nil {
-					return err
-				}
-			}
-			if err := writeModelDir(b, c.ckptDir, saved); err != nil {
-				return err
-			}
-			rows := elastic.Rows(st.Snapshot())
-			if c.report != nil {
-				if err := c.report(ctx, step+1, finalMetrics(m, saved, rows)); err != nil {
-					return err
-				}
-			}
-			// Workers waiting for a shard learn that none is left at
-			// their next claim and leave; serve them that long (at most a
-			// lease), so that they end instead of looking for a coordinator
-			// that is gone. A gang's coordinator also waits (at most a
-			// minute) for every rank to have come and gone: a rank that
-			// starts late must find it to learn that all is read.
-			end, gangEnd := time.Now().Add(c.lease), time.Now().Add(time.Minute)
-			for (coord.Members() > 0 && time.Now().Before(end)) || (coord.Left() < c.expect && time.Now().Before(gangEnd)) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if g.json {
-				return g.printJSON(saved)
-			}
-			fmt.Fprintf(g.stdout, "%s: %d rows from %d shards\n", b.name, rows, c.shards)
-			printModel(g.stdout, m, saved)
-			return nil
-		case <-tick.C:
-			if err := checkpoint(ctx); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// writeModelDir writes a finished run's model as a model directory,
-// CKPT/model/ (the model file and virga-model.json: what `virga models
-// register --from-trial` takes), when the run has a checkpoint directory
-// and the algorithm's model is one Virga serves; it is written before the
-// final report, which saves the directory.
-func writeModelDir(b builtin, ckptDir string, saved *elastic.SavedModel) error {
-	if ckptDir == "" || !b.serves {
-		return nil
-	}
-	dir := filepath.Join(ckptDir, registry.ModelDir)
-	if err := elasticrt.WriteDir(dir, saved); err != nil {
-		return fmt.Errorf("writing the model directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // isDir tells whether path is an existing directory.
@@ -1004,101 +480,5 @@ func printModel(w io.Writer, m elastic.Model, saved *elastic.SavedModel) {
 	sort.Strings(names)
 	for _, k := range names {
 		fmt.Fprintf(w, "  %s: %.6g\n", k, saved.Params[k])
-	}
-}
-
-// finalMetrics are a finished run's metrics for the trial: the model's
-// scalars, the saved model's parameters (e.g. the linear learner's
-// validation_loss, for an experiment's objective) and the rows read.
-func finalMetrics(m elastic.Model, saved *elastic.SavedModel, rows int64) map[string]float64 {
-	metrics := map[string]float64{}
-	for k, tn := range m {
-		if len(tn) == 1 {
-			metrics[k] = tn[0]
-		}
-	}
-	for k, v := range saved.Params {
-		metrics[k] = v
-	}
-	metrics["rows"] = float64(rows)
-	return metrics
-}
-
-// gangEnv is this process's place in a trial of several processes: the
-// rendezvous variables Virga sets for gangs (and torchrun-style launchers).
-type gangEnv struct {
-	Rank, WorldSize int
-	MasterAddr      string
-	MasterPort      int
-}
-
-// gangFromEnv reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; without
-// WORLD_SIZE (or 1) the process is alone.
-func gangFromEnv() (gangEnv, error) {
-	g := gangEnv{WorldSize: 1}
-	ws := os.Getenv("WORLD_SIZE")
-	if ws == "" {
-		return g, nil
-	}
-	var err error
-	num := func(name string) int {
-		v, e := strconv.Atoi(os.Getenv(name))
-		if e != nil && err == nil {
-			err = fmt.Errorf("%s=%q: want a number (a gang's rendezvous variables: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)", name, os.Getenv(name))
-		}
-		return v
-	}
-	g.WorldSize = num("WORLD_SIZE")
-	if err != nil || g.WorldSize <= 1 {
-		return gangEnv{WorldSize: 1}, err
-	}
-	g.Rank, g.MasterPort, g.MasterAddr = num("RANK"), num("MASTER_PORT"), os.Getenv("MASTER_ADDR")
-	switch {
-	case err != nil:
-	case g.Rank < 0 || g.Rank >= g.WorldSize:
-		err = fmt.Errorf("RANK=%d: want 0 to %d (WORLD_SIZE=%d)", g.Rank, g.WorldSize-1, g.WorldSize)
-	case g.MasterAddr == "":
-		err = errors.New("MASTER_ADDR is empty: a gang's rank 0 address is required")
-	case g.MasterPort <= 0 || g.MasterPort > 65535:
-		err = fmt.Errorf("MASTER_PORT=%d: want a TCP port", g.MasterPort)
-	}
-	return g, err
-}
-
-// runGangLeader is rank 0 of a gang: the coordinator, and a worker on it.
-// Either failing stops the other.
-func runGangLeader(ctx context.Context, g *globals, c *coordinator, b builtin, alg elastic.Algorithm, save saver, in string, opts input.Options) error {
-	listening := make(chan string, 1)
-	c.listening = listening
-	cctx, stopCoordinator := context.WithCancel(ctx)
-	defer stopCoordinator()
-	cerr := make(chan error, 1)
-	go func() { cerr <- c.run(cctx, g, b, alg, save) }()
-	var addr string
-	select {
-	case addr = <-listening:
-	case err := <-cerr:
-		return err
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	wctx, stopWorker := context.WithCancel(ctx)
-	defer stopWorker()
-	werr := make(chan error, 1)
-	go func() { werr <- runWorker(wctx, g, b.name, alg, "http://127.0.0.1:"+port, in, opts, -1, 0, c.token) }()
-	select {
-	case err := <-werr:
-		if err != nil && ctx.Err() == nil {
-			stopCoordinator()
-			<-cerr
-			return err
-		}
-		return <-cerr
-	case err := <-cerr:
-		if err != nil {
-			stopWorker()
-			<-werr
-			return err
-		}
-		return <-werr
 	}
 }
