@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +50,9 @@ type ohThroughput struct {
 	Clients int     `json:"clients"`
 	RowsPS  float64 `json:"rows_per_s"`
 	Seconds float64 `json:"seconds"`
+	// CPU is the process's CPU time over the run's wall time (cores used:
+	// server and load generator together; 2 is all of this machine).
+	CPU float64 `json:"cpu_cores"`
 }
 
 // overhead measures what Virga's front ends and engine add to ONNX Runtime
@@ -215,6 +219,11 @@ func overhead(args []string, stdout io.Writer) error {
 	go gs.Serve(grpcLn)
 	defer gs.Stop()
 
+	// Everything the load generator starts from here on (its goroutines,
+	// the HTTP transport's and the gRPC channel's) carries side=client in
+	// the CPU profile; the servers' goroutines, started above, carry none
+	// (in the engine path the client goroutine runs the engine itself).
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("side", "client")))
 	maxClients := slices.Max(sweepClients)
 	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: maxClients * 2, MaxConnsPerHost: maxClients * 2}}
 	url := "http://" + restLn.Addr().String() + "/v2/models/digits/infer"
@@ -357,6 +366,7 @@ func overhead(args []string, stdout io.Writer) error {
 	type pathBest struct {
 		t    ohThroughput
 		runs []float64
+		cpus []float64
 	}
 	bests := make([]pathBest, len(paths))
 	for k, p := range paths {
@@ -379,12 +389,14 @@ func overhead(args []string, stdout io.Writer) error {
 	for k, p := range paths {
 		b := &bests[k]
 		b.runs = []float64{b.t.RowsPS}
+		b.cpus = []float64{b.t.CPU}
 		for range *repeats {
 			t, err := saturate(p.name, b.t.Rows, b.t.Clients, *seconds, p.call(b.t.Rows))
 			if err != nil {
 				return err
 			}
 			b.runs = append(b.runs, t.RowsPS)
+			b.cpus = append(b.cpus, t.CPU)
 		}
 	}
 	if *cpuProfile != "" {
@@ -400,21 +412,23 @@ func overhead(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%-9s %5d %8.1fus %8.1fus %12.1fus %12.1fus\n", l.Path, l.Rows, l.P50us, l.P99us, l.P50us-d.P50us, l.P99us-d.P99us)
 	}
 	fmt.Fprintf(stdout, "\nthroughput (closed loop, each client sends its next request when answered)\n")
-	fmt.Fprintf(stdout, "%-9s %9s %8s %12s %14s\n", "path", "rows/req", "clients", "rows/s", "of best direct")
+	fmt.Fprintf(stdout, "%-9s %9s %8s %12s %14s %6s\n", "path", "rows/req", "clients", "rows/s", "of best direct", "cores")
 	for _, t := range thr {
-		fmt.Fprintf(stdout, "%-9s %9d %8d %12.0f %13.1f%%\n", t.Path, t.Rows, t.Clients, t.RowsPS, 100*t.RowsPS/best.RowsPS)
+		fmt.Fprintf(stdout, "%-9s %9d %8d %12.0f %13.1f%% %6.2f\n", t.Path, t.Rows, t.Clients, t.RowsPS, 100*t.RowsPS/best.RowsPS, t.CPU)
 	}
 	fmt.Fprintf(stdout, "\nbest direct (the denominator): %d rows a call, median %.0f rows/s of runs %.0f\n", best.Rows, best.RowsPS, directRuns)
 	fmt.Fprintf(stdout, "\nbest per path: its configuration rerun %d more times; rows/s is the median of the runs, range their spread\n", *repeats)
-	fmt.Fprintf(stdout, "%-9s %9s %8s %12s %14s %24s\n", "path", "rows/req", "clients", "rows/s", "of best direct", "range of best direct")
+	fmt.Fprintf(stdout, "%-9s %9s %8s %12s %14s %24s %6s\n", "path", "rows/req", "clients", "rows/s", "of best direct", "range of best direct", "cores")
 	summary := []ohBest{{Path: "direct", Rows: best.Rows, Clients: 1, RowsPS: best.RowsPS, Runs: directRuns, OfDirect: 1}}
 	for k, p := range paths {
 		b := bests[k]
 		runs := slices.Clone(b.runs)
 		slices.Sort(runs)
 		med := runs[len(runs)/2]
-		fmt.Fprintf(stdout, "%-9s %9d %8d %12.0f %13.1f%% %10.1f%% to %5.1f%%\n", p.name, b.t.Rows, b.t.Clients, med, 100*med/best.RowsPS, 100*runs[0]/best.RowsPS, 100*runs[len(runs)-1]/best.RowsPS)
-		summary = append(summary, ohBest{Path: p.name, Rows: b.t.Rows, Clients: b.t.Clients, RowsPS: med, Runs: b.runs, OfDirect: med / best.RowsPS})
+		cpus := slices.Clone(b.cpus)
+		slices.Sort(cpus)
+		fmt.Fprintf(stdout, "%-9s %9d %8d %12.0f %13.1f%% %10.1f%% to %5.1f%% %6.2f\n", p.name, b.t.Rows, b.t.Clients, med, 100*med/best.RowsPS, 100*runs[0]/best.RowsPS, 100*runs[len(runs)-1]/best.RowsPS, cpus[len(cpus)/2])
+		summary = append(summary, ohBest{Path: p.name, Rows: b.t.Rows, Clients: b.t.Clients, RowsPS: med, Runs: b.runs, OfDirect: med / best.RowsPS, CPU: cpus[len(cpus)/2]})
 	}
 	if *out != "" {
 		w, err := os.Create(*out)
@@ -444,6 +458,7 @@ type ohBest struct {
 	RowsPS   float64   `json:"rows_per_s"`
 	Runs     []float64 `json:"runs_rows_per_s"`
 	OfDirect float64   `json:"of_best_direct"`
+	CPU      float64   `json:"cpu_cores"` // the median run's process CPU over wall time
 }
 
 // intList parses a comma-separated list of positive integers.
@@ -522,6 +537,7 @@ func saturate(path string, rows, clients int, d time.Duration, call func() error
 	var once sync.Once
 	stop := time.Now().Add(d)
 	start := time.Now()
+	cpu0 := cpuTime()
 	for range clients {
 		wg.Add(1)
 		go func() {
@@ -540,5 +556,15 @@ func saturate(path string, rows, clients int, d time.Duration, call func() error
 		return ohThroughput{}, fmt.Errorf("%s: %w", path, first)
 	}
 	el := time.Since(start)
-	return ohThroughput{Path: path, Rows: rows, Clients: clients, RowsPS: float64(done.Load()) * float64(rows) / el.Seconds(), Seconds: el.Seconds()}, nil
+	cpu := cpuTime() - cpu0
+	return ohThroughput{Path: path, Rows: rows, Clients: clients, RowsPS: float64(done.Load()) * float64(rows) / el.Seconds(), Seconds: el.Seconds(), CPU: cpu.Seconds() / el.Seconds()}, nil
+}
+
+// cpuTime is the CPU time (user and system) the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
