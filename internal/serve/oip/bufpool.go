@@ -1,10 +1,13 @@
 package oip
 
 import (
+	"fmt"
 	"math/bits"
 	"sync"
 
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
 // Buffer sizes the gRPC server pools: powers of two from 2^minPoolExp to
@@ -60,3 +63,48 @@ func (p *bufferPool) Put(b *[]byte) {
 	*b = (*b)[:0]
 	p.tiers[bits.Len(uint(c))-1].Put(b)
 }
+
+// codec is gRPC's proto codec with the server's buffer pool instead of
+// gRPC's default one (which the default codec uses whatever the server's
+// pool): the messages a request is read into and its answer is marshaled
+// into are not cleared first.
+type codec struct{ pool mem.BufferPool }
+
+var _ encoding.CodecV2 = codec{}
+
+// Marshal implements encoding.CodecV2.
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("proto: marshaling a %T, want a proto.Message", v)
+	}
+	size := proto.Size(m)
+	opts := proto.MarshalOptions{UseCachedSize: true} // the size just computed
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	b := c.pool.Get(size)
+	if _, err := opts.MarshalAppend((*b)[:0], m); err != nil {
+		c.pool.Put(b)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(b, c.pool)}, nil
+}
+
+// Unmarshal implements encoding.CodecV2.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("proto: unmarshaling into a %T, want a proto.Message", v)
+	}
+	b := data.MaterializeToBuffer(c.pool)
+	defer b.Free()
+	return proto.Unmarshal(b.ReadOnlyData(), m)
+}
+
+// Name implements encoding.CodecV2.
+func (codec) Name() string { return "proto" }

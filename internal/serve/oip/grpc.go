@@ -43,7 +43,8 @@ func NewGRPCService(svc serve.Service, opts Options) *GRPCService {
 // extra options are appended (TLS credentials, keepalive).
 func NewGRPCServer(svc serve.Service, opts Options, extra ...grpc.ServerOption) *grpc.Server {
 	opts = opts.withDefaults()
-	so := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(opts.MaxBody, 1<<31-1))), experimental.BufferPool(&bufferPool{})}
+	pool := &bufferPool{}
+	so := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(opts.MaxBody, 1<<31-1))), experimental.BufferPool(pool), grpc.ForceServerCodecV2(codec{pool})}
 	if opts.CheckToken != nil {
 		so = append(so, grpc.UnaryInterceptor(AuthInterceptor(opts.CheckToken)))
 	}
