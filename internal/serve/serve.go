@@ -130,6 +130,8 @@ type Service interface {
 	Metadata() ServerMetadata
 	ModelMetadata(ctx context.Context, name, version string) (*ModelMetadata, error)
 	ModelReady(ctx context.Context, name, version string) (bool, error)
+	// Infer answers r. It keeps no reference to r's input data once it
+	// returns, canceled or not: the caller may reuse that memory.
 	Infer(ctx context.Context, r *Request) (*Response, error)
 	Index(ctx context.Context, readyOnly bool) ([]ModelStatus, error)
 	Load(ctx context.Context, name string) error

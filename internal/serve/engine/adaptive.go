@@ -32,6 +32,7 @@ const adaptiveAge = time.Second
 // most that much longer. Owned by the dispatcher's goroutine.
 type adaptive struct {
 	base   *Profile
+	table  []time.Duration // base.Latency(r) at r, for r up to base.Max (when at most maxTable)
 	extras []time.Duration // ring of the last adaptiveWindow excesses (>= 0)
 	next   int
 	last   time.Time // when the last batch ended
@@ -40,8 +41,22 @@ type adaptive struct {
 
 var _ batch.Profile = (*adaptive)(nil)
 
+// maxTable is the largest batch whose latencies are tabled: above it,
+// Latency interpolates on every call.
+const maxTable = 1 << 16
+
 func newAdaptive(p *Profile) *adaptive {
-	return &adaptive{base: p}
+	a := &adaptive{base: p}
+	// A policy may ask the latency of every batch size at every decision
+	// (deadline's planning does): a lookup instead of a binary search and
+	// an interpolation.
+	if p.Max <= maxTable {
+		a.table = make([]time.Duration, p.Max+1)
+		for r := range a.table {
+			a.table[r] = p.Latency(r)
+		}
+	}
+	return a
 }
 
 // MaxRows implements batch.Profile.
@@ -49,7 +64,15 @@ func (a *adaptive) MaxRows() int { return a.base.MaxRows() }
 
 // Latency implements batch.Profile.
 func (a *adaptive) Latency(rows int) time.Duration {
-	return a.base.Latency(rows) + a.extra
+	return a.profiled(rows) + a.extra
+}
+
+// profiled is the load-time profile's latency of rows.
+func (a *adaptive) profiled(rows int) time.Duration {
+	if rows >= 0 && rows < len(a.table) {
+		return a.table[rows]
+	}
+	return a.base.Latency(rows)
 }
 
 // observe records a batch of rows that took took and ended at now.
@@ -57,7 +80,7 @@ func (a *adaptive) observe(now time.Time, rows int, took time.Duration) {
 	if rows < 1 || took <= 0 {
 		return
 	}
-	x := max(took-a.base.Latency(rows), 0)
+	x := max(took-a.profiled(rows), 0)
 	if len(a.extras) < adaptiveWindow {
 		a.extras = append(a.extras, x)
 	} else {

@@ -79,3 +79,31 @@ func TestAStalledBatchIsForgotten(t *testing.T) {
 		t.Fatalf("%v after the stall, no batch run since: %v, want it served", adaptiveAge, err)
 	}
 }
+
+// The tabled latencies are the profile's, at every batch size and past the
+// largest.
+func TestAdaptiveTableAgreesWithTheProfile(t *testing.T) {
+	p := &Profile{Max: 1000, Points: []Point{{1, 7 * time.Microsecond}, {2, 9 * time.Microsecond}, {512, 80 * time.Microsecond}, {1000, 150 * time.Microsecond}}}
+	a := newAdaptive(p)
+	for r := 0; r <= 1100; r++ {
+		if got, want := a.Latency(r), p.Latency(r); got != want {
+			t.Fatalf("Latency(%d) = %v, the profile's %v", r, got, want)
+		}
+	}
+}
+
+func BenchmarkAdaptiveLatency(b *testing.B) {
+	p := &Profile{Max: 1024}
+	for r := 1; r < 1024; r *= 2 {
+		p.Points = append(p.Points, Point{r, time.Duration(r) * time.Microsecond})
+	}
+	p.Points = append(p.Points, Point{1024, 1024 * time.Microsecond})
+	a := newAdaptive(p)
+	var sink time.Duration
+	for b.Loop() {
+		for r := 1; r <= 1024; r++ {
+			sink += a.Latency(r)
+		}
+	}
+	_ = sink
+}

@@ -287,3 +287,32 @@ func TestDispatcherReusesBatchBuffersWithoutMixingAnswers(t *testing.T) {
 		t.Errorf("batches of %v rows, want %v", p.observed, want)
 	}
 }
+
+// A request canceled while its batch runs is not answered before the batch
+// ends: when Infer returns, the engine reads its inputs no more, and the
+// caller may reuse their memory (the protocols decode into pooled buffers).
+func TestCanceledRequestReturnsOnceItsBatchEnds(t *testing.T) {
+	p := &windowPolicy{n: 1, delay: 0}
+	g := newGatedLoader()
+	e, dir := dispatchEngine(t, p, newFakeClock(), g)
+	gate := g.gateRun(dir)
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Infer(ctx, request("m", 1))
+		done <- err
+	}()
+	<-g.running // its batch runs, held at the gate
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Infer returned (%v) while its batch still ran", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}

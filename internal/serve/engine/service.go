@@ -254,6 +254,10 @@ func (e *Engine) infer(ctx context.Context, r *serve.Request) (*serve.Response, 
 	case res = <-c.res:
 	case <-ctx.Done():
 		ent.disp.withdraw(c)
+		// A queued call is answered at once, one in a running batch when
+		// the batch ends: when Infer returns, the engine reads the
+		// request's inputs no more, so a caller may reuse their memory.
+		<-c.res
 		return nil, ctx.Err()
 	}
 	if res.err != nil {

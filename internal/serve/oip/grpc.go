@@ -9,6 +9,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -42,7 +43,8 @@ func NewGRPCService(svc serve.Service, opts Options) *GRPCService {
 // extra options are appended (TLS credentials, keepalive).
 func NewGRPCServer(svc serve.Service, opts Options, extra ...grpc.ServerOption) *grpc.Server {
 	opts = opts.withDefaults()
-	so := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(opts.MaxBody, 1<<31-1)))}
+	pool := &bufferPool{}
+	so := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(opts.MaxBody, 1<<31-1))), experimental.BufferPool(pool), grpc.ForceServerCodecV2(codec{pool})}
 	if opts.CheckToken != nil {
 		so = append(so, grpc.UnaryInterceptor(AuthInterceptor(opts.CheckToken)))
 	}

@@ -170,9 +170,19 @@ type number interface {
 	uint16 | int16 | uint32 | int32 | float32 | uint64 | int64 | float64
 }
 
-// fromRaw copies raw, n elements' bytes, into a new []T (a little-endian
-// host only).
+// fromRaw is raw, n elements' bytes, as a []T (a little-endian host only):
+// raw's own memory when it is aligned for T, no copy (the tensor shares
+// the request's memory, which the caller keeps until the engine's Infer
+// returns), else a copy.
 func fromRaw[T number](raw []byte, n int) []T {
+	if n == 0 {
+		return []T{}
+	}
+	var zero T
+	p := unsafe.Pointer(unsafe.SliceData(raw))
+	if uintptr(p)%unsafe.Alignof(zero) == 0 {
+		return unsafe.Slice((*T)(p), n)
+	}
 	out := make([]T, n)
 	copy(asBytes(out), raw)
 	return out

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/virga-ml/virga/internal/serve"
 )
@@ -248,27 +249,38 @@ func putBuf(b *bytes.Buffer) {
 	}
 }
 
-// readBody reads r's body whole, up to MaxBody; past it, or if reading
-// fails, it answers the request itself and returns false. The caller puts
-// buf back with putBuf when done with the body.
-func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) bool {
+// readBody reads r's body whole, up to MaxBody, into buf and returns it;
+// past the limit, or if reading fails, it answers the request itself and
+// returns false. The body's byte at offset align lands at an address that
+// is a multiple of 8 (when its length was given): the binary data after an
+// inference request's JSON header is then aligned for its numbers, which
+// decode in place. The caller puts buf back with putBuf when done with the
+// body.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, align int) ([]byte, bool) {
 	if r.ContentLength > h.opts.MaxBody {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body: %d bytes, larger than the limit of %d bytes", r.ContentLength, h.opts.MaxBody))
-		return false
+		return nil, false
 	}
+	pad := 0
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + 1)
+		// Room for the padding and for ReadFrom's last read, which finds
+		// the end of the body and would grow the buffer (copying the body)
+		// with less than bytes.MinRead free.
+		buf.Grow(8 + int(r.ContentLength) + bytes.MinRead)
+		at := uintptr(unsafe.Pointer(unsafe.SliceData(buf.AvailableBuffer()))) + uintptr(align)
+		pad = int((8 - at%8) % 8)
+		buf.Write(make([]byte, pad))
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.opts.MaxBody))
 	if err == nil {
-		return true
+		return buf.Bytes()[pad:], true
 	}
 	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body: larger than the limit of %d bytes", mbe.Limit))
-		return false
+		return nil, false
 	}
 	writeError(w, http.StatusBadRequest, fmt.Errorf("request body: reading: %w", err))
-	return false
+	return nil, false
 }
 
 func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
@@ -284,10 +296,14 @@ func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 	}
 	buf := getBuf()
 	defer putBuf(buf)
-	if !h.readBody(w, r, buf) {
+	// The request's inputs may share body's memory (binary data decodes in
+	// place): buf is reused only once Infer has returned, when the engine
+	// reads them no more.
+	body, ok := h.readBody(w, r, buf, max(jsonLen, 0))
+	if !ok {
 		return
 	}
-	req, bo, err := decodeInferBody(buf.Bytes(), jsonLen, r.PathValue("model"), r.PathValue("version"))
+	req, bo, err := decodeInferBody(body, jsonLen, r.PathValue("model"), r.PathValue("version"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
@@ -403,13 +419,14 @@ func (h *Handler) unload(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) decodeOptional(w http.ResponseWriter, r *http.Request, v any) bool {
 	buf := getBuf()
 	defer putBuf(buf)
-	if !h.readBody(w, r, buf) {
+	body, ok := h.readBody(w, r, buf, 0)
+	if !ok {
 		return false
 	}
-	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 {
 		return true
 	}
-	if err := unmarshalStrict(buf.Bytes(), v); err != nil {
+	if err := unmarshalStrict(body, v); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return false
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -179,10 +180,13 @@ var datatypes = map[ort.TensorElementDataType]serve.Datatype{
 
 // Model is an ONNX Runtime session.
 type Model struct {
-	sess     *ort.DynamicAdvancedSession
-	sig      serve.Signature
-	maxBatch int
-	memory   int64
+	// allocFailed is set once a run with outputs allocated from the
+	// signature failed and its rerun with ONNX Runtime's did not.
+	allocFailed atomic.Bool
+	sess        *ort.DynamicAdvancedSession
+	sig         serve.Signature
+	maxBatch    int
+	memory      int64
 }
 
 var _ runtime.Model = (*Model)(nil)
@@ -200,6 +204,11 @@ func (m *Model) Memory() int64 { return m.memory }
 func (m *Model) Close() error { return m.sess.Destroy() }
 
 // Run implements runtime.Model; ONNX Runtime's sessions take concurrent runs.
+//
+// Outputs whose shape the signature fixes past the batch dimension are
+// allocated here, in Go memory, and ONNX Runtime writes them in place: no
+// buffer of its own, no copies out of it. Others (a variable dimension past
+// the first) ONNX Runtime allocates, and they are copied out.
 func (m *Model) Run(ctx context.Context, inputs []serve.Tensor) ([]serve.Tensor, error) {
 	if len(inputs) != len(m.sig.Inputs) {
 		return nil, fmt.Errorf("%d inputs, want %d", len(inputs), len(m.sig.Inputs))
@@ -217,6 +226,7 @@ func (m *Model) Run(ctx context.Context, inputs []serve.Tensor) ([]serve.Tensor,
 		}
 		values = append(values, v)
 	}
+	res := make([]serve.Tensor, len(m.sig.Outputs))
 	outs := make([]ort.Value, len(m.sig.Outputs))
 	defer func() {
 		for _, v := range outs {
@@ -225,10 +235,27 @@ func (m *Model) Run(ctx context.Context, inputs []serve.Tensor) ([]serve.Tensor,
 			}
 		}
 	}()
-	if err := m.sess.Run(values, outs); err != nil {
+	given := !m.allocFailed.Load() && m.allocate(inputs, res, outs)
+	err := m.sess.Run(values, outs)
+	if err != nil && given {
+		// Perhaps the model's outputs are not the shapes the signature
+		// says (a first dimension that is not the batch's): again with
+		// outputs ONNX Runtime allocates, and so from now on if that works.
+		for i, v := range outs {
+			v.Destroy()
+			outs[i] = nil
+		}
+		given = false
+		if err = m.sess.Run(values, outs); err == nil {
+			m.allocFailed.Store(true)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
-	res := make([]serve.Tensor, len(outs))
+	if given {
+		return res, nil
+	}
 	for i, v := range outs {
 		t, err := fromORT(m.sig.Outputs[i].Name, v)
 		if err != nil {
@@ -237,6 +264,42 @@ func (m *Model) Run(ctx context.Context, inputs []serve.Tensor) ([]serve.Tensor,
 		res[i] = t
 	}
 	return res, nil
+}
+
+// allocate makes every output in Go memory (res) and as ONNX Runtime values
+// over it (outs) when the signature fixes each output's shape but for a
+// batch dimension (the inputs' rows); false, with nothing made, otherwise.
+func (m *Model) allocate(inputs []serve.Tensor, res []serve.Tensor, outs []ort.Value) bool {
+	rows := int64(-1)
+	if m.maxBatch > 0 && len(inputs) > 0 && len(inputs[0].Shape) > 0 {
+		rows = inputs[0].Shape[0]
+	}
+	for _, spec := range m.sig.Outputs {
+		for d, s := range spec.Shape {
+			if s < 0 && (d > 0 || rows < 0) {
+				return false
+			}
+		}
+	}
+	for i, spec := range m.sig.Outputs {
+		shape := append([]int64(nil), spec.Shape...)
+		if len(shape) > 0 && shape[0] < 0 {
+			shape[0] = rows
+		}
+		t, err := runtime.Zeros(spec.Name, spec.Datatype, shape)
+		if err == nil {
+			outs[i], err = toORT(t)
+		}
+		if err != nil {
+			for j := range i {
+				outs[j].Destroy()
+				outs[j] = nil
+			}
+			return false
+		}
+		res[i] = t
+	}
+	return true
 }
 
 func toORT(t serve.Tensor) (ort.Value, error) {

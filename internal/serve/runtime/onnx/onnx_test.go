@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -151,3 +152,42 @@ func TestLibraryMissingSaysHowToInstall(t *testing.T) {
 }
 
 var _ runtime.Loader = (*onnx.Loader)(nil)
+
+// Outputs are written by ONNX Runtime straight into the Go memory Run
+// returns: the Go heap grows by the outputs' bytes once a call, not by a
+// copy out of ONNX Runtime's buffers on top (twice, before).
+func TestOutputsAreNotCopied(t *testing.T) {
+	dir, _ := exportTorch(t)
+	m, err := (&onnx.Loader{}).Load(dir, readManifest(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	const rows = 4096
+	in := []serve.Tensor{{Name: "pixels", Datatype: serve.FP32, Shape: []int64{rows, 64}, Data: make([]float32, rows*64)}}
+	run := func() []serve.Tensor {
+		out, err := m.Run(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	first := run()
+	outBytes := rows*10*4 + rows*8
+	var before, after goruntime.MemStats
+	goruntime.ReadMemStats(&before)
+	const calls = 20
+	for range calls {
+		run()
+	}
+	goruntime.ReadMemStats(&after)
+	if per := int(after.TotalAlloc-before.TotalAlloc) / calls; per > outBytes*3/2 {
+		t.Errorf("%d bytes allocated a call, the outputs are %d: they are copied", per, outBytes)
+	}
+	// Each call's outputs are its own: a later call did not write over them.
+	for i, v := range first[0].Data.([]float32) {
+		if v <= 0 || v >= 1 {
+			t.Fatalf("probabilities[%d] = %v after later calls, want a probability", i, v)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package oip
+
+const raceEnabled = false
