@@ -174,12 +174,29 @@ func TestAlgoLearnersOnWorkerProcesses(t *testing.T) {
 			_ = w1.Process.Signal(syscall.SIGKILL)
 			_ = w1.Wait()
 			w1 = worker(1)
-			waitRows(total / 2)
 			// The workers are stopped while the coordinator is killed, so
 			// that a test process the machine starves of CPU still kills
-			// it mid-run; they go on (and join the new one) after.
-			for _, w := range []*exec.Cmd{w0, w1} {
-				_ = w.Process.Signal(syscall.SIGSTOP)
+			// it mid-run; they go on (and join the new one) after. They run
+			// in short bursts until the checkpoint has half of the rows: a
+			// small job (pca reads 2,876 rows) could otherwise finish
+			// between the checkpoint that shows half and the stop.
+			workers := func(sig syscall.Signal) {
+				for _, w := range []*exec.Cmd{w0, w1} {
+					_ = w.Process.Signal(sig)
+				}
+			}
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				workers(syscall.SIGSTOP)
+				if snap, err := readState(ckpt); err == nil && elastic.Rows(snap) >= total/2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					workers(syscall.SIGCONT)
+					t.Fatalf("the checkpoint did not reach %d rows", total/2)
+				}
+				workers(syscall.SIGCONT)
+				time.Sleep(time.Millisecond)
 			}
 			_ = coord.Process.Signal(syscall.SIGKILL)
 			_ = coord.Wait()
