@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/virga-ml/virga"
@@ -21,14 +20,16 @@ import (
 	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/spec"
 	"github.com/virga-ml/virga/internal/store"
-	"github.com/virga-ml/virga/internal/store/sqlite"
+	"github.com/virga-ml/virga/internal/store/memory"
 )
 
-// OpenStore opens the store a simulated run keeps its state in, in the
-// run's own temporary directory. It is a variable so that an in-memory
-// store can take its place.
+// OpenStore opens the store a simulated run keeps its state in: the
+// in-memory store (internal/store/memory), which passes the same
+// conformance suite as SQLite and PostgreSQL. dir is the run's own
+// temporary directory, for a store that keeps files. It is a variable so
+// that a test can run the loop on another store.
 var OpenStore = func(ctx context.Context, dir string) (store.Store, error) {
-	return sqlite.OpenWith(ctx, filepath.Join(dir, "virga.db"), sqlite.Options{Synchronous: sqlite.SyncNormal})
+	return memory.New(), nil
 }
 
 // RunLoop simulates one experiment by running Virga's control loop
