@@ -93,18 +93,71 @@ build() {
   done
   build_one "$src/mod-etcd" etcd go.etcd.io/etcd/server/v3
   build_one "$src/mod-kwok" kwok sigs.k8s.io/kwok/cmd/kwok
-  # KWOK's stages (what its fake kubelets do): nodes turn Ready and renew their
-  # leases; pods bound to them turn Running, and go away when deleted.
-  if [ ! -f "$bin/kwok-stages.yaml" ]; then
-    local kwok_dir
-    kwok_dir=$(cd "$src/mod-kwok" && gocache go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
-    for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-      pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-      echo "---"
-      cat "$kwok_dir/kustomize/stage/$f"
-    done >"$bin/kwok-stages.yaml.tmp"
-    mv "$bin/kwok-stages.yaml.tmp" "$bin/kwok-stages.yaml"
-  fi
+}
+
+# stages writes KWOK's stages (what its fake kubelets do) to $state/kwok-stages.yaml:
+# KWOK's own "fast" ones (nodes turn Ready and renew their leases; pods bound to them
+# turn Running, Job pods complete, deleted pods go at once), and one of Virga's that
+# ends a running pod's container with the exit code its annotation
+# virga.dev/kwok-exit-code gives (phase Succeeded for 0, else Failed): the end-to-end
+# suite annotates a pod to play its trial's exit.
+stages() {
+  local kwok_dir
+  kwok_dir=$(cd "$cache/$k8s_version/mod-kwok" && gocache go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    echo "---"
+    cat "$kwok_dir/kustomize/stage/$f"
+  done >"$state/kwok-stages.yaml"
+  cat >>"$state/kwok-stages.yaml" <<'EOF'
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: virga-pod-exit
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Running'
+    - key: '.metadata.annotations["virga.dev/kwok-exit-code"]'
+      operator: 'Exists'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $code := index .metadata.annotations "virga.dev/kwok-exit-code" }}
+      {{ $root := . }}
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        type: ContainersReady
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      {{ $origin := index $root.status.containerStatuses $index }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: {{ $code }}
+            finishedAt: {{ $now | Quote }}
+            reason: {{ if eq $code "0" }}Completed{{ else }}Error{{ end }}
+            startedAt: {{ $origin.state.running.startedAt | Quote }}
+      {{ end }}
+      phase: {{ if eq $code "0" }}Succeeded{{ else }}Failed{{ end }}
+EOF
 }
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -167,6 +220,7 @@ for port in "$etcd_port" "$((etcd_port + 10))" "$api_port"; do
 done
 mkdir -p "$pki" "$logs"
 rm -rf "$state/etcd"
+stages
 
 # Certificates: a CA, the API server's serving certificate (loopback and the in-cluster
 # names), an admin client (system:masters) and the service account signing key.
@@ -253,7 +307,7 @@ launch kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kub
 launch kube-scheduler "$bin/kube-scheduler" --kubeconfig "$kubeconfig" \
   --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
   --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false
-launch kwok "$bin/kwok" --kubeconfig "$kubeconfig" --config "$bin/kwok-stages.yaml" \
+launch kwok "$bin/kwok" --kubeconfig "$kubeconfig" --config "$state/kwok-stages.yaml" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
   --node-lease-duration-seconds 40
 
