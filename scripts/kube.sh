@@ -21,7 +21,7 @@
 #   scripts/kube.sh stop         stop the daemons this script started
 #   scripts/kube.sh status       exit 0 if every daemon runs and the API server is ready
 #   scripts/kube.sh kubeconfig   the kubeconfig's path (admin, system:masters)
-#   scripts/kube.sh env          the variables the end-to-end suite needs
+#   scripts/kube.sh env          the variables the KWOK end-to-end suite needs
 #                                (eval "$(scripts/kube.sh env)")
 # Ports (loopback only): etcd $VIRGA_KUBE_ETCD_PORT (default 23790, peer +10),
 # kube-apiserver $VIRGA_KUBE_PORT (default 26443).
@@ -195,7 +195,7 @@ build) build; echo "$bin"; exit 0 ;;
 kubeconfig) echo "$kubeconfig"; exit 0 ;;
 env)
   echo "export KUBECONFIG=$kubeconfig"
-  echo "export VIRGA_TEST_IMAGE=virga:kwok"
+  echo "export VIRGA_TEST_KWOK=1"
   exit 0 ;;
 status)
   if ready; then
