@@ -4,13 +4,20 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
@@ -50,6 +57,9 @@ func TestKWOK(t *testing.T) {
 		return err == nil
 	})
 
+	// The backend runs as deploy/kubernetes's service account, under its Role.
+	roleClient := asServiceAccount(t, client, ns)
+
 	onDemand, err := OnDemandSelector(Karpenter)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +73,7 @@ func TestKWOK(t *testing.T) {
 	onDemand.Apply(&pools[0])
 	spot.Apply(&pools[1])
 	cfg := Config{Namespace: ns, Image: "virga:kwok", Instance: "kwok", Pools: pools, FinishedTTL: time.Second}
-	b, err := New(client, cfg)
+	b, err := New(roleClient, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +195,7 @@ func TestKWOK(t *testing.T) {
 		}
 		// The server restarts: a new backend adopts the running gang.
 		_ = b.Close()
-		b2, err := New(client, cfg)
+		b2, err := New(roleClient, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,6 +210,70 @@ func TestKWOK(t *testing.T) {
 			t.Errorf("want exit code 3, got %+v", ev)
 		}
 	})
+}
+
+// asServiceAccount creates deploy/kubernetes/rbac.yaml's service account,
+// Role and RoleBinding in ns, and returns a client that authenticates as
+// that service account with a token the API server issues for it.
+func asServiceAccount(t *testing.T, admin *Client, ns string) *Client {
+	t.Helper()
+	ctx := context.Background()
+	data, err := os.ReadFile("../../../deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("deploy/kubernetes/rbac.yaml: %v", err)
+		}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			o.Namespace, name = ns, o.Name
+			_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			o.Namespace = ns
+			_, err = admin.RbacV1().Roles(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			o.Namespace = ns
+			for i := range o.Subjects {
+				o.Subjects[i].Namespace = ns
+			}
+			_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("deploy/kubernetes/rbac.yaml: unexpected %T", obj)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authv1.TokenRequest{
+		Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "sa", Namespace: ns}
+	kc.CurrentContext = "sa"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Namespace != ns {
+		t.Fatalf("service account client in namespace %q, want %q", c.Namespace, ns)
+	}
+	return c
 }
 
 // untaint removes the taint key from node name.
