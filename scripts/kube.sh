@@ -273,8 +273,16 @@ launch() { # launch NAME ARGS...: start a daemon in the background, its pid and 
 wait_for() { # wait_for WHAT SECONDS COMMAND...
   local what=$1 secs=$2
   shift 2
+  local f
   for _ in $(seq 1 $((secs * 5))); do
     if "$@" >/dev/null 2>&1; then return 0; fi
+    for f in "$state"/*.pid; do
+      if ! pid_alive "$f"; then
+        echo "$(basename "$f" .pid) exited: see $logs/$(basename "$f" .pid).log" >&2
+        stop_all
+        exit 1
+      fi
+    done
     sleep 0.2
   done
   echo "$what not ready within $secs s: see $logs" >&2
@@ -296,7 +304,8 @@ launch kube-apiserver "$bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$et
   --client-ca-file "$pki/ca.crt" --authorization-mode RBAC \
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
-  --service-cluster-ip-range 10.96.0.0/16 --cert-dir "$pki" --profiling=false
+  --service-cluster-ip-range 10.96.0.0/16 --cert-dir "$pki" --profiling=false \
+  --endpoint-reconciler-type none
 wait_for kube-apiserver 120 api_ready
 
 launch kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kubeconfig" \
