@@ -347,7 +347,7 @@ done
 nodes_ready() {
   local n
   n=$(api "https://127.0.0.1:$api_port/api/v1/nodes?labelSelector=type%3Dkwok" |
-    grep -o '"type": *"Ready", *"status": *"True"' | wc -l)
+    tr -d ' \n' | grep -o '"type":"Ready","status":"True"' | wc -l)
   [ "$n" -ge "$nodes" ]
 }
 default_sa() { api "https://127.0.0.1:$api_port/api/v1/namespaces/default/serviceaccounts/default"; }
