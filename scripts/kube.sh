@@ -56,16 +56,17 @@ build_one() { # build_one MODDIR BINARY PACKAGE
   mv "$bin/$out.tmp" "$bin/$out"
 }
 
-# module DIR NAME REQUIRE IMPORTS...: a throwaway module requiring REQUIRE whose tools.go
-# imports IMPORTS (so that go mod tidy records every dependency they need).
+# module DIR NAME REQUIRE REPLACES IMPORTS...: a throwaway module requiring REQUIRE, with
+# the replace directives REPLACES (lines; may be empty), whose tools.go imports IMPORTS
+# (so that go mod tidy records every dependency they need).
 module() {
-  local dir=$1 name=$2 req=$3
-  shift 3
+  local dir=$1 name=$2 req=$3 replaces=$4
+  shift 4
   [ -f "$dir/go.sum" ] && return 0
   mkdir -p "$dir"
   {
     printf 'module %s\n\ngo %s\n\nrequire %s\n' "$name" "$(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1.0/')" "$req"
-    if [ -n "${replaces:-}" ]; then printf '\nreplace (\n%s)\n' "$replaces"; fi
+    if [ -n "$replaces" ]; then printf '\nreplace (\n%s\n)\n' "$replaces"; fi
   } >"$dir/go.mod"
   {
     printf '//go:build tools\n\npackage tools\n\nimport (\n'
@@ -76,18 +77,18 @@ module() {
 }
 
 build() {
-  local src=$cache/$k8s_version gomod
+  local src=$cache/$k8s_version gomod replaces
   mkdir -p "$bin"
   if [ ! -f "$src/mod-kube/go.sum" ]; then
     # k8s.io/kubernetes replaces its staging modules (k8s.io/api, k8s.io/apiserver, ...)
     # by directories of its own repository: here they come from the proxy instead.
     gomod=$(gocache go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
     replaces=$(sed -n "s#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 $staging_version#p" "$gomod")
-    replaces="$replaces"$'\n' module "$src/mod-kube" virgakube "k8s.io/kubernetes $k8s_version" \
+    module "$src/mod-kube" virgakube "k8s.io/kubernetes $k8s_version" "$replaces" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
   fi
-  module "$src/mod-etcd" virgaetcd "go.etcd.io/etcd/server/v3 $etcd_version" go.etcd.io/etcd/server/v3
-  module "$src/mod-kwok" virgakwok "sigs.k8s.io/kwok $kwok_version" sigs.k8s.io/kwok/cmd/kwok
+  module "$src/mod-etcd" virgaetcd "go.etcd.io/etcd/server/v3 $etcd_version" "" go.etcd.io/etcd/server/v3
+  module "$src/mod-kwok" virgakwok "sigs.k8s.io/kwok $kwok_version" "" sigs.k8s.io/kwok/cmd/kwok
   for c in kube-apiserver kube-controller-manager kube-scheduler; do
     build_one "$src/mod-kube" "$c" "k8s.io/kubernetes/cmd/$c"
   done
