@@ -26,6 +26,9 @@ func TestEndToEnd(t *testing.T) {
 	if os.Getenv("KUBECONFIG") == "" {
 		t.Skip("end-to-end Kubernetes suite skipped: KUBECONFIG is not set (set it, and VIRGA_TEST_IMAGE to an image with the virga binary, to run it against a cluster)")
 	}
+	if os.Getenv("VIRGA_TEST_KWOK") != "" {
+		t.Skip("end-to-end Kubernetes suite skipped: VIRGA_TEST_KWOK is set, and pods on KWOK nodes run no containers (TestKWOK runs these cases there)")
+	}
 	image := os.Getenv("VIRGA_TEST_IMAGE")
 	if image == "" {
 		t.Fatal("KUBECONFIG is set but VIRGA_TEST_IMAGE is not: give an image with the virga binary (deploy/Dockerfile) and /bin/sh")
