@@ -104,12 +104,7 @@ func readDirNames(dir string) ([]string, error) {
 // eachProc calls f for every process /proc lists now; processes that vanish
 // while it reads are skipped.
 func eachProc(f func(procStat)) error {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
+	names, err := readDirNames("/proc")
 	if err != nil {
 		return err
 	}
