@@ -323,7 +323,16 @@ func (c *Coordinator) servePull(w http.ResponseWriter, r *http.Request, _ int64)
 
 // servePush serves /push (one tensor of the key in the query) and /commit
 // (many deltas, applied as one).
-func (c *Coordinator) servePush(w http.ResponseWriter, r *http.Request, _ int64) {
+//
+// The deltas are applied only if the worker is still a member once its
+// body has arrived, checked and applied under the membership lock: a
+// worker whose lease ran out while its commit was on the way may have lost
+// its shard to another worker, which reads on from the position the state
+// records, so applying the late commit too would count its batch twice.
+// Such a commit is answered 410, like any call of a worker that is no
+// longer a member; the worker joins again and reads from the recorded
+// position.
+func (c *Coordinator) servePush(w http.ResponseWriter, r *http.Request, id int64) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<31))
 	var deltas []Delta
 	if err == nil && r.URL.Path == "/push" {
@@ -337,6 +346,15 @@ func (c *Coordinator) servePush(w http.ResponseWriter, r *http.Request, _ int64)
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen, ok := c.workers[id]
+	now := c.now()
+	if !ok || now.Sub(seen) > c.lease() {
+		http.Error(w, fmt.Sprintf("worker %d is not a member (its lease ran out while its commit arrived); join again", id), http.StatusGone)
+		return
+	}
+	c.workers[id] = now
 	if err := c.State.PushAll(r.Context(), deltas); err != nil {
 		http.Error(w, err.Error(), http.StatusConflict)
 	}

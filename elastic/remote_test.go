@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -415,5 +417,91 @@ func TestLeaseRunsOnTheClock(t *testing.T) {
 	c.Expire()
 	if n := c.Left(); n != 1 {
 		t.Fatalf("%d workers left past the lease, want 1", n)
+	}
+}
+
+// TestLateCommitOfExpiredWorkerIsRefused: a worker's commit whose body is
+// still arriving when its lease runs out, and its shard goes to another
+// worker, must not be applied: the new holder reads on from the position
+// the state records, so applying the late commit too would count that
+// batch twice. The commit is answered 410 (join again) and the state is
+// what the new holder saw.
+func TestLateCommitOfExpiredWorkerIsRefused(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	c := NewCoordinator(NewMemState(0))
+	c.Lease, c.Clock, c.Shards = time.Hour, clk, 1
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	ctx := t.Context()
+	a, err := Join(ctx, srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl, err := a.Claim(ctx); err != nil || cl.Shard != 0 {
+		t.Fatalf("a claims shard %d (%v), want 0", cl.Shard, err)
+	}
+
+	// a's commit: the headers arrive (its lease is renewed), the body
+	// waits.
+	clk.Advance(time.Minute)
+	body, send := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+a.op("commit", ""), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan *http.Response, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			answered <- nil
+			return
+		}
+		answered <- resp
+	}()
+	// The handler has renewed a's lease once a was last heard from now
+	// (it joined a minute ago); wait for the request to reach it.
+	waitFor(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.workers[a.Worker()].Equal(clk.Now())
+	})
+
+	// a's lease runs out; b takes the shard and reads its position.
+	clk.Advance(time.Hour + time.Millisecond)
+	c.Expire()
+	b, err := Join(ctx, srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl, err := b.Claim(ctx); err != nil || cl.Shard != 0 {
+		t.Fatalf("b claims shard %d (%v), want 0 (a's lease ran out)", cl.Shard, err)
+	}
+
+	// a's batch arrives late.
+	go func() {
+		_, _ = send.Write(encodeDeltas([]Delta{{Key: posKey(0), Delta: Tensor{100}}, {Key: "w", Delta: Tensor{1}}}))
+		_ = send.Close()
+	}()
+	resp := <-answered
+	if resp == nil {
+		t.FailNow()
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGone {
+		t.Errorf("a's late commit answered %s, want 410 Gone", resp.Status)
+	}
+	if pos, _ := c.State.Pull(ctx, posKey(0)); pos != nil {
+		t.Errorf("shard 0's position is %v after a's late commit, want none (b reads it from the start)", pos)
+	}
+}
+
+// waitFor polls cond until it holds (for at most 10 s).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("condition not met in 10 s")
+		}
 	}
 }
