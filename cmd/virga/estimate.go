@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,9 +19,11 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/server"
 	"github.com/virga-ml/virga/internal/sim"
 	"github.com/virga-ml/virga/internal/spec"
+	"github.com/virga-ml/virga/internal/steptime"
 )
 
 // estimateOpts are virga estimate's flags.
@@ -33,8 +36,8 @@ type estimateOpts struct {
 	seed       uint64
 	checkpoint time.Duration
 	profile    int
+	configs    int
 	profileFor time.Duration
-	profiled   bool // stepTime came from a profile run
 }
 
 func newEstimateCmd(g *globals) *cobra.Command {
@@ -62,8 +65,9 @@ stopping by asha or hyperband is counted with its expected share of the steps.`,
 	f.DurationVar(&o.stepTime, "step-time", 0, "time per step on one node, e.g. 40s")
 	f.IntVar(&o.samples, "samples", 200, "Monte-Carlo samples")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the samples")
-	f.IntVar(&o.profile, "profile", 0, "run one trial on this machine for this many steps to measure the time per step")
-	f.DurationVar(&o.profileFor, "profile-timeout", 10*time.Minute, "longest a --profile run may take")
+	f.IntVar(&o.profile, "profile", 0, "run a few configurations that span the space on this machine, this many steps each, to learn the time per step")
+	f.IntVar(&o.configs, "profile-configs", 4, "configurations --profile runs")
+	f.DurationVar(&o.profileFor, "profile-timeout", 10*time.Minute, "longest the --profile run of one configuration may take")
 	f.DurationVar(&o.checkpoint, "checkpoint-interval", 0, "work between checkpoints; 0: the trial saves at the reclaim warning")
 	return cmd
 }
@@ -85,6 +89,11 @@ type estimateReport struct {
 	// PerTrial is the steps a trial is expected to run (fewer than Steps
 	// with early stopping).
 	PerTrial float64 `json:"expected_steps_per_trial"`
+	// WorkP10 and WorkP90 bound the node time when the step time was learnt
+	// (from Measured step times: profiled configurations, earlier trials).
+	WorkP10  time.Duration `json:"work_p10,omitempty"`
+	WorkP90  time.Duration `json:"work_p90,omitempty"`
+	Measured int           `json:"measured,omitempty"`
 }
 
 func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) error {
@@ -118,20 +127,24 @@ func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOp
 	if err != nil {
 		return nil, usageError{err}
 	}
-	if o.profile > 0 && o.stepTime <= 0 {
-		if o.stepTime, err = profile(ctx, file, data, o.profile, o.profileFor, g.stderr); err != nil {
-			return nil, err
-		}
-		o.profiled = true
-	}
-	steps, stepTime, source, err := g.workModel(ctx, e, o, history)
+	wm, err := g.workModel(ctx, file, data, e, o, history)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, err
 	}
 	now := time.Now()
-	work := time.Duration(expectedSteps(e, steps) * float64(stepTime))
-	rep := estimateReport{Experiment: e.Name, Trials: e.MaxTrials, Steps: steps, StepTime: stepTime, Source: source, Work: work, Slots: e.MaxConcurrent}
+	total := expectedSteps(e, wm.steps)
+	work := time.Duration(total * float64(wm.stepTime))
+	rep := estimateReport{Experiment: e.Name, Trials: e.MaxTrials, Steps: wm.steps, StepTime: wm.stepTime, Source: wm.source, Work: work, Slots: e.MaxConcurrent}
 	in := sim.EstimateInput{Work: work, Slots: e.MaxConcurrent, Spot: spot, OnDemand: od, Checkpoint: o.checkpoint, Samples: o.samples, Seed: o.seed, Start: now}
+	if wm.model != nil {
+		if in.WorkDraws, err = workDraws(e, wm.model, total, max(o.samples, 1), o.seed); err != nil {
+			return nil, err
+		}
+		rep.Work = meanDuration(in.WorkDraws)
+		in.Work = rep.Work
+		rep.WorkP10, rep.WorkP90 = quantileDuration(in.WorkDraws, 0.1), quantileDuration(in.WorkDraws, 0.9)
+		rep.Measured = wm.model.Measurements()
+	}
 	res := virga.Resources{CPU: e.Resources.CPU, MemoryMB: e.Resources.MemoryMB, GPU: e.Resources.GPU}
 	for _, p := range []struct {
 		pool  *capacity.Pool
@@ -159,14 +172,94 @@ func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOp
 		return nil, err
 	}
 	rep.Budget = e.Budget
-	rep.PerTrial = expectedSteps(e, steps) / float64(max(e.MaxTrials, 1))
+	rep.PerTrial = total / float64(max(e.MaxTrials, 1))
 	return &rep, nil
+}
+
+// roundWall rounds a forecast time to what is worth printing: seconds
+// under an hour (fmtDuration shows milliseconds under one), minutes beyond.
+func roundWall(d time.Duration) time.Duration {
+	switch {
+	case d < time.Second:
+		return d
+	case d < time.Hour:
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Minute)
+}
+
+// designPoints is how many configurations spread over the space stand for
+// the search's trials when a learnt step time is averaged over them.
+const designPoints = 256
+
+// workDraws draws the whole experiment's node time from a learnt step-time
+// model: each draw is one possible truth of the model (its weights and
+// noise), averaged over configurations that span the space, times the
+// steps all trials are expected to run.
+func workDraws(e *spec.Experiment, m *steptime.Model, steps float64, n int, seed uint64) ([]time.Duration, error) {
+	r := rand.New(rand.NewPCG(seed, 0x776f726b))
+	pts, err := search.Design(e, designPoints, r)
+	if err != nil {
+		return nil, err
+	}
+	res := virga.Resources{CPU: e.Resources.CPU, MemoryMB: e.Resources.MemoryMB, GPU: e.Resources.GPU}
+	draws := make([]time.Duration, n)
+	for i := range draws {
+		s := m.Sample(r)
+		sum := 0.0
+		for _, p := range pts {
+			st, err := s.StepTime(p, res)
+			if err != nil {
+				return nil, err
+			}
+			sum += st.Seconds()
+		}
+		draws[i] = time.Duration(steps * sum / float64(len(pts)) * float64(time.Second))
+	}
+	return draws, nil
+}
+
+// meanStepTime is a model's median step time averaged over configurations
+// that span the space.
+func meanStepTime(e *spec.Experiment, m *steptime.Model, seed uint64) (time.Duration, error) {
+	pts, err := search.Design(e, designPoints, rand.New(rand.NewPCG(seed, 0x776f726b)))
+	if err != nil {
+		return 0, err
+	}
+	res := virga.Resources{CPU: e.Resources.CPU, MemoryMB: e.Resources.MemoryMB, GPU: e.Resources.GPU}
+	sum := 0.0
+	for _, p := range pts {
+		pr, err := m.Predict(p, res)
+		if err != nil {
+			return 0, err
+		}
+		sum += pr.Median().Seconds()
+	}
+	return time.Duration(sum / float64(len(pts)) * float64(time.Second)), nil
+}
+
+func meanDuration(xs []time.Duration) time.Duration {
+	s := 0.0
+	for _, x := range xs {
+		s += float64(x)
+	}
+	return time.Duration(s / float64(len(xs)))
+}
+
+func quantileDuration(xs []time.Duration, q float64) time.Duration {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(int(q*float64(len(s))), len(s)-1)]
 }
 
 // printEstimate prints an estimate as a table.
 func printEstimate(w io.Writer, rep *estimateReport) {
-	fmt.Fprintf(w, "%s: %d trials x %s steps x %s per step (%s) = %s of node time, %d at a time\n",
-		rep.Experiment, rep.Trials, fmtSteps(rep.PerTrial), fmtDuration(rep.StepTime), rep.Source, fmtDuration(rep.Work.Round(time.Second)), rep.Slots)
+	fmt.Fprintf(w, "%s: %d trials x %s steps x %s per step (%s) = %s of node time",
+		rep.Experiment, rep.Trials, fmtSteps(rep.PerTrial), fmtDuration(rep.StepTime), rep.Source, fmtDuration(roundWall(rep.Work)))
+	if rep.WorkP90 > 0 {
+		fmt.Fprintf(w, " (p10 %s, p90 %s: the step time learnt from %d measurements, with its error)", fmtDuration(roundWall(rep.WorkP10)), fmtDuration(roundWall(rep.WorkP90)), rep.Measured)
+	}
+	fmt.Fprintf(w, ", %d at a time\n", rep.Slots)
 	if !rep.Deadline.IsZero() {
 		fmt.Fprintf(w, "deadline %s (in %s)", fmtTime(rep.Deadline), fmtDuration(time.Until(rep.Deadline).Round(time.Minute)))
 	} else {
@@ -192,7 +285,7 @@ func printEstimate(w io.Writer, rep *estimateReport) {
 				budget = "p90 over"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Plan, strings.Join(p.Pools, "+"), fmtDuration(p.Wall.Round(time.Minute)), fmtDuration(p.WallP90.Round(time.Minute)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Plan, strings.Join(p.Pools, "+"), fmtDuration(roundWall(p.Wall)), fmtDuration(roundWall(p.WallP90)),
 			fmtCost(p.Cost), fmtCost(p.CostP90), meet, budget)
 	}
 	_ = tw.Flush()
@@ -278,98 +371,180 @@ func expectedSteps(e *spec.Experiment, steps int64) float64 {
 	return n * float64(steps)
 }
 
-// workModel returns the steps per trial and the time per step, from the
-// flags, the searcher's settings and earlier runs of an experiment of the
-// same name.
-func (g *globals) workModel(ctx context.Context, e *spec.Experiment, o estimateOpts, history *client.Client) (steps int64, stepTime time.Duration, source string, err error) {
-	var from []string
-	steps, stepTime = o.steps, o.stepTime
-	if steps > 0 {
-		from = append(from, "--steps")
-	} else if r := e.Searcher.Int("max_resource", 0); r > 0 {
-		steps = r
-		from = append(from, "max_resource")
-	}
-	if o.profiled {
-		from = append(from, fmt.Sprintf("profile of %d steps on this machine", o.profile))
-	} else if stepTime > 0 {
-		from = append(from, "--step-time")
-	}
-	if steps <= 0 || stepTime <= 0 {
-		hs, ht, id, herr := g.history(ctx, e.Name, history)
-		if herr == nil && id != 0 {
-			if steps <= 0 && hs > 0 {
-				steps = hs
-			}
-			if stepTime <= 0 && ht > 0 {
-				stepTime = ht
-			}
-			from = append(from, fmt.Sprintf("history: experiment %d", id))
-		}
-	}
-	switch {
-	case steps <= 0:
-		return 0, 0, "", fmt.Errorf("no steps per trial for %q: pass --steps N (the steps a trial runs to the end), or set the searcher's max_resource, or run it once", e.Name)
-	case stepTime <= 0:
-		return 0, 0, "", fmt.Errorf("no time per step for %q: pass --profile N (run one trial for N steps here), --step-time, or run it once so that Virga can measure it", e.Name)
-	}
-	return steps, stepTime, strings.Join(from, ", "), nil
+// work is what an estimate knows of the work: the steps of a trial that
+// runs to the end, and the time per step: given (--step-time), or learnt
+// (model) from profiled configurations and earlier trials, stepTime then
+// being its average over the space.
+type work struct {
+	steps    int64
+	stepTime time.Duration
+	model    *steptime.Model
+	source   string
 }
 
-// history measures the latest ended experiment named name: the median
-// steps of its completed trials and the median time between consecutive
-// reports of one attempt per step.
-func (g *globals) history(ctx context.Context, name string, c *client.Client) (steps int64, stepTime time.Duration, id int64, err error) {
+// workModel finds the steps per trial and the time per step, from the
+// flags, the searcher's settings, the experiment's constants, earlier runs
+// of an experiment of the same name and a profile of configurations that
+// span the space (--profile). The steps are found first, so that a profile
+// is not run for an estimate that would lack them.
+func (g *globals) workModel(ctx context.Context, file string, data []byte, e *spec.Experiment, o estimateOpts, history *client.Client) (work, error) {
+	var from []string
+	w := work{steps: o.steps, stepTime: o.stepTime}
+	if w.steps > 0 {
+		from = append(from, "--steps")
+	} else if r := e.Searcher.Int("max_resource", 0); r > 0 {
+		w.steps = r
+		from = append(from, "max_resource")
+	}
+	if w.stepTime > 0 {
+		from = append(from, "--step-time")
+	}
+	var hobs []steptime.Obs
+	if w.steps <= 0 || w.stepTime <= 0 {
+		h, herr := g.history(ctx, e.Name, history)
+		if herr == nil && h.id != 0 {
+			if w.steps <= 0 && h.steps > 0 {
+				w.steps = h.steps
+			}
+			// The past run's trials are taken to have had this file's
+			// resources.
+			for _, ob := range h.obs {
+				ob.Resources = virga.Resources{CPU: e.Resources.CPU, MemoryMB: e.Resources.MemoryMB, GPU: e.Resources.GPU}
+				hobs = append(hobs, ob)
+			}
+			if w.stepTime <= 0 && len(hobs) == 0 && h.stepTime > 0 {
+				w.stepTime = h.stepTime
+			}
+			from = append(from, fmt.Sprintf("history: %d trials of experiment %d", len(hobs), h.id))
+		}
+	}
+	if w.steps <= 0 {
+		if name, n := stepsConstant(e); n > 0 {
+			w.steps = n
+			from = append(from, "hyperparameter "+name)
+		}
+	}
+	if w.steps <= 0 {
+		return work{}, usageError{fmt.Errorf("no steps per trial for %q: pass --steps N (the steps a trial runs to the end), or set the searcher's max_resource, or run it once", e.Name)}
+	}
+	if w.stepTime > 0 {
+		w.source = strings.Join(from, ", ")
+		return w, nil
+	}
+	obs := hobs
+	if o.profile > 0 {
+		pobs, err := profileDesign(ctx, file, data, e, max(o.configs, 1), o.profile, o.profileFor, o.seed, g.stderr)
+		if err != nil {
+			return work{}, err
+		}
+		obs = append(obs, pobs...)
+		from = append(from, fmt.Sprintf("profile of %d configurations x %d steps on this machine", len(pobs), o.profile))
+	}
+	if len(obs) == 0 {
+		return work{}, usageError{fmt.Errorf("no time per step for %q: pass --profile N (run a few configurations for N steps each here), --step-time, or run it once so that Virga can measure it", e.Name)}
+	}
+	m, err := steptime.Fit(e, obs)
+	if err != nil {
+		return work{}, err
+	}
+	if w.stepTime, err = meanStepTime(e, m, o.seed); err != nil {
+		return work{}, err
+	}
+	w.model, w.source = m, strings.Join(from, ", ")
+	return w, nil
+}
+
+// stepsConstant is the steps a trial runs when the experiment fixes them as
+// a constant hyperparameter named epochs or steps (as the examples do).
+func stepsConstant(e *spec.Experiment) (string, int64) {
+	for _, name := range []string{"epochs", "steps"} {
+		hp := e.Hyperparameters[name]
+		if hp == nil || hp.Type != spec.HPConst {
+			continue
+		}
+		switch v := hp.Value.(type) {
+		case int64:
+			return name, v
+		case float64:
+			if v == math.Trunc(v) && v > 0 {
+				return name, int64(v)
+			}
+		}
+	}
+	return "", 0
+}
+
+// pastRun is what the latest ended experiment of a name tells of the work:
+// the median steps of its completed trials, the median time per step of
+// all its trials, and each trial's own median step time with its
+// hyperparameters.
+type pastRun struct {
+	id       int64
+	steps    int64
+	stepTime time.Duration
+	obs      []steptime.Obs
+}
+
+// history measures the latest ended experiment named name.
+func (g *globals) history(ctx context.Context, name string, c *client.Client) (pastRun, error) {
 	if c != nil {
 		return historyOf(ctx, c, name)
 	}
 	if g.server == "" {
 		if _, ok := server.Running(g.dataDir); !ok {
 			if _, err := os.Stat(filepath.Join(g.dataDir, "virga.db")); err != nil {
-				return 0, 0, 0, err
+				return pastRun{}, err
 			}
 		}
 	}
 	c, done, err := g.client(ctx)
 	if err != nil {
-		return 0, 0, 0, err
+		return pastRun{}, err
 	}
 	defer done()
 	return historyOf(ctx, c, name)
 }
 
 // historyOf measures the latest ended experiment named name on c's server.
-func historyOf(ctx context.Context, c *client.Client, name string) (steps int64, stepTime time.Duration, id int64, err error) {
+func historyOf(ctx context.Context, c *client.Client, name string) (pastRun, error) {
+	var out pastRun
 	exps, err := c.Experiments(ctx, nil, 0)
 	if err != nil {
-		return 0, 0, 0, err
+		return pastRun{}, err
 	}
 	for _, x := range exps {
 		if x.Name != name || x.State == virga.ExperimentActive {
 			continue
 		}
-		if id != 0 && x.ID < id {
+		if out.id != 0 && x.ID < out.id {
 			continue
 		}
 		trials, err := c.Trials(ctx, x.ID)
 		if err != nil {
-			return 0, 0, 0, err
+			return pastRun{}, err
 		}
 		var stepsSeen []int64
 		var per []float64
+		var obs []steptime.Obs
 		for _, t := range trials {
 			if t.State == virga.TrialCompleted {
 				stepsSeen = append(stepsSeen, t.Step)
 			}
 			ms, err := c.Metrics(ctx, t.ID)
 			if err != nil {
-				return 0, 0, 0, err
+				return pastRun{}, err
 			}
+			var mine []float64
 			for i := 1; i < len(ms); i++ {
 				a, b := ms[i-1], ms[i]
 				if a.AttemptID == b.AttemptID && b.Step > a.Step {
-					per = append(per, float64(b.Time.Sub(a.Time))/float64(b.Step-a.Step))
+					mine = append(mine, float64(b.Time.Sub(a.Time))/float64(b.Step-a.Step))
 				}
+			}
+			if len(mine) > 0 {
+				per = append(per, mine...)
+				slices.Sort(mine)
+				obs = append(obs, steptime.Obs{Point: t.HParams, StepTime: time.Duration(mine[len(mine)/2])})
 			}
 		}
 		if len(stepsSeen) == 0 || len(per) == 0 {
@@ -377,7 +552,7 @@ func historyOf(ctx context.Context, c *client.Client, name string) (steps int64,
 		}
 		slices.Sort(stepsSeen)
 		slices.Sort(per)
-		id, steps, stepTime = x.ID, stepsSeen[len(stepsSeen)/2], time.Duration(per[len(per)/2])
+		out = pastRun{id: x.ID, steps: stepsSeen[len(stepsSeen)/2], stepTime: time.Duration(per[len(per)/2]), obs: obs}
 	}
-	return steps, stepTime, id, nil
+	return out, nil
 }

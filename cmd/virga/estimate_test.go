@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virga-ml/virga/internal/sim"
 	"github.com/virga-ml/virga/internal/spec"
 )
 
@@ -76,7 +77,7 @@ func TestEstimateNeedsItsInputs(t *testing.T) {
 		want string
 	}{
 		{nil, "estimate needs --capacity FILE"},
-		{[]string{"--capacity", capacityFile(t)}, `no steps per trial for "nohist"`},
+		{[]string{"--capacity", capacityFile(t)}, `no time per step for "nohist"`}, // steps: the hyperparameter steps
 		{[]string{"--capacity", capacityFile(t), "--steps", "3"}, `no time per step for "nohist"`},
 		{[]string{"--capacity", capacityFile(t), "--steps", "3", "--step-time", "1s", "--spot", "nope"}, `no pool named "nope"`},
 		{[]string{"--capacity", capacityFile(t), "--steps", "3", "--step-time", "1s", "--spot", "p3-on-demand"}, `pool "p3-on-demand" is on-demand, not spot`},
@@ -85,6 +86,20 @@ func TestEstimateNeedsItsInputs(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q (stdout %q), want 2 and %q", c.args, code, errOut, out, c.want)
 		}
+	}
+	// Without a steps constant, and asked to profile: refused at once, not
+	// after the profile.
+	b, err := os.ReadFile(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nosteps := filepath.Join(dir, "nosteps.yaml")
+	if err := os.WriteFile(nosteps, []byte(strings.Replace(strings.Replace(string(b), "  steps: 3\n", "  n: 3\n", 1), "name: nohist", "name: nosteps", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, dir, "estimate", nosteps, "--capacity", capacityFile(t), "--profile", "3")
+	if code != 2 || !strings.Contains(errOut, `no steps per trial for "nosteps"`) || strings.Contains(errOut, "profiling") {
+		t.Errorf("no steps, --profile: exit %d, stderr %q (stdout %q), want 2 and no steps per trial before any profile", code, errOut, out)
 	}
 }
 
@@ -105,7 +120,10 @@ func TestEstimateFromHistory(t *testing.T) {
 	}
 	// steptrial reports steps 0..5, sleeping 50 ms between them: its last
 	// step is 5.
-	if rep.Steps != 5 || rep.StepTime < 40*time.Millisecond || rep.StepTime > 2*time.Second || !strings.Contains(rep.Source, "history: experiment 1") {
+	// Each of the 3 trials' step times is a measurement of the learnt step
+	// time, whose error bounds the work.
+	if rep.Steps != 5 || rep.StepTime < 40*time.Millisecond || rep.StepTime > 2*time.Second || !strings.Contains(rep.Source, "history: 3 trials of experiment 1") ||
+		rep.Measured != 3 || !(rep.WorkP10 < rep.Work && rep.Work < rep.WorkP90) {
 		t.Fatalf("report %+v", rep)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".virga")); err != nil {
@@ -113,8 +131,8 @@ func TestEstimateFromHistory(t *testing.T) {
 	}
 }
 
-// TestEstimateProfile measures the time per step with a short run of one
-// trial on this machine.
+// TestEstimateProfile measures the time per step with short runs of a few
+// configurations that span the space, one after another on this machine.
 func TestEstimateProfile(t *testing.T) {
 	dir := t.TempDir()
 	exp := stepExperiment(t, dir, "prof", 10, 4, 200, 100, "deadline: 10h")
@@ -127,10 +145,11 @@ func TestEstimateProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// steptrial sleeps 100 ms per step.
-	if rep.StepTime < 90*time.Millisecond || rep.StepTime > time.Second || !strings.Contains(rep.Source, "profile of 5 steps on this machine") {
+	if rep.StepTime < 90*time.Millisecond || rep.StepTime > time.Second || !strings.Contains(rep.Source, "profile of 4 configurations x 5 steps on this machine") ||
+		rep.Measured != 4 || !(rep.WorkP10 < rep.Work && rep.Work < rep.WorkP90) {
 		t.Fatalf("report %+v", rep)
 	}
-	if !strings.Contains(errOut, "profiling one trial of") {
+	if !strings.Contains(errOut, "profiling configuration 1 of 4 (x=") || !strings.Contains(errOut, "profiling configuration 4 of 4 (x=") {
 		t.Errorf("stderr %q", errOut)
 	}
 	// The profile ran in a directory of its own: nothing here.
@@ -188,7 +207,7 @@ func TestRunKeepsEstimate(t *testing.T) {
 	// A second run with a capacity file: the first run tells the work.
 	rc := rehearsalCapacity(t, dir)
 	out, errOut, code = runCLI(t, dir, "run", exp, "--capacity", rc)
-	if code != 0 || !strings.Contains(out, "history: experiment 1") || !strings.Contains(out, "P(DEADLINE)") {
+	if code != 0 || !strings.Contains(out, "of experiment 1") || !strings.Contains(out, "P(DEADLINE)") {
 		t.Fatalf("run --capacity: exit %d\n%s%s", code, out, errOut)
 	}
 	show, _, _ = runCLI(t, dir, "show", "2")
@@ -215,5 +234,49 @@ func TestExpectedStepsFollowsTheGracePeriod(t *testing.T) {
 	// 9 to 1, 3 to 3, 1 to 9, 1/3 to 27: 9 + 6 + 6 + 6.
 	if got := expectedSteps(e, 27); math.Abs(got-27) > 1e-9 {
 		t.Errorf("expectedSteps with min_resource 1 = %v, want 27", got)
+	}
+}
+
+// TestPinnedExperiment: a profiled configuration's file has every
+// hyperparameter a constant of the configuration, and nothing else changed.
+func TestPinnedExperiment(t *testing.T) {
+	in := []byte(`name: p
+entrypoint: [sh, -c, "exit 0"]
+hyperparameters:
+  lr: {type: float, min: 0.001, max: 0.1, log: true}
+  hidden: {type: int, min: 8, max: 64}
+  act: {type: categorical, values: [relu, tanh]}
+  epochs: 5
+searcher: random
+objective: {metric: loss, direction: minimize}
+max_trials: 50
+`)
+	out, err := pin(in, map[string]any{"lr": 0.0123, "hidden": int64(17), "act": "tanh", "epochs": int64(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := spec.Parse("p.yaml", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for name, want := range map[string]any{"lr": 0.0123, "hidden": int64(17), "act": "tanh", "epochs": int64(5)} {
+		hp := e.Hyperparameters[name]
+		if hp == nil || hp.Type != spec.HPConst || hp.Value != want {
+			t.Errorf("%s: %+v, want the constant %v\n%s", name, hp, want, out)
+		}
+	}
+	if e.MaxTrials != 50 || e.Name != "p" {
+		t.Errorf("pinned experiment %+v", e)
+	}
+}
+
+// TestEstimatePrintsShortWalls: a forecast of seconds is printed in
+// seconds, not rounded to whole minutes (0s beside a run that took 8s).
+func TestEstimatePrintsShortWalls(t *testing.T) {
+	var b strings.Builder
+	printEstimate(&b, &estimateReport{Experiment: "x", Trials: 2, StepTime: 20 * time.Millisecond, Work: 8300 * time.Millisecond, Slots: 1,
+		Plans: []sim.PlanEstimate{{Plan: "on-demand", Pools: []string{"od"}, Wall: 8300 * time.Millisecond, WallP90: 9 * time.Second}}})
+	if !strings.Contains(b.String(), "on-demand  od     8s    9s") || !strings.Contains(b.String(), "x 20ms per step") {
+		t.Errorf("printed:\n%s", b.String())
 	}
 }

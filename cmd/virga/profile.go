@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -16,7 +19,10 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/api/wire"
+	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/server"
+	"github.com/virga-ml/virga/internal/spec"
+	"github.com/virga-ml/virga/internal/steptime"
 )
 
 // profileExperiment rewrites an experiment file into one trial, run alone:
@@ -70,11 +76,93 @@ func tagOf(key string) string {
 	return "!!int"
 }
 
+// profileDesign measures the step time of configs configurations of the
+// experiment in file, chosen to span its space (search.Design), one after
+// another on this machine, each for steps steps (see profile).
+func profileDesign(ctx context.Context, file string, data []byte, e *spec.Experiment, configs, steps int, timeout time.Duration, seed uint64, progress io.Writer) ([]steptime.Obs, error) {
+	pts, err := search.Design(e, configs, rand.New(rand.NewPCG(seed, 0x70726f66696c65)))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	res := virga.Resources{CPU: e.Resources.CPU, MemoryMB: e.Resources.MemoryMB, GPU: e.Resources.GPU}
+	obs := make([]steptime.Obs, 0, len(pts))
+	for i, p := range pts {
+		pinned, err := pin(data, p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		label := fmt.Sprintf("configuration %d of %d (%s)", i+1, len(pts), fmtPoint(e, p))
+		st, err := profile(ctx, file, pinned, label, steps, timeout, progress)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "  %s per step\n", fmtDuration(st))
+		obs = append(obs, steptime.Obs{Point: p, Resources: res, StepTime: st})
+	}
+	return obs, nil
+}
+
+// fmtPoint is a configuration as name=value pairs in the file's order.
+func fmtPoint(e *spec.Experiment, p map[string]any) string {
+	var b strings.Builder
+	for _, n := range e.Order {
+		if e.Hyperparameters[n].Type == spec.HPConst {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		v := p[n]
+		if f, ok := v.(float64); ok {
+			v = strconv.FormatFloat(f, 'g', 4, 64)
+		}
+		fmt.Fprintf(&b, "%s=%v", n, v)
+	}
+	return b.String()
+}
+
+// pin rewrites an experiment file so that every hyperparameter is the
+// constant point gives it.
+func pin(data []byte, point map[string]any) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("not a mapping")
+	}
+	m := doc.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value != "hyperparameters" || m.Content[i+1].Kind != yaml.MappingNode {
+			continue
+		}
+		hps := m.Content[i+1]
+		for j := 0; j+1 < len(hps.Content); j += 2 {
+			v, ok := point[hps.Content[j].Value]
+			if !ok {
+				continue
+			}
+			var n yaml.Node
+			if err := n.Encode(v); err != nil {
+				return nil, err
+			}
+			hps.Content[j+1] = &n
+		}
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), enc.Close()
+}
+
 // profile runs one trial of the experiment in file on this machine, with a
 // server of its own in a temporary directory, until it has reported steps
 // times after its first report (or ended, or timeout passed), stops it, and
 // returns the median time between its consecutive reports per step.
-func profile(ctx context.Context, file string, data []byte, steps int, timeout time.Duration, progress io.Writer) (time.Duration, error) {
+func profile(ctx context.Context, file string, data []byte, label string, steps int, timeout time.Duration, progress io.Writer) (time.Duration, error) {
 	one, err := profileExperiment(data)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", file, err)
@@ -111,7 +199,7 @@ func profile(ctx context.Context, file string, data []byte, steps int, timeout t
 			}
 		}
 	}()
-	fmt.Fprintf(progress, "profiling one trial of %s on this machine for %d steps...\n", file, steps)
+	fmt.Fprintf(progress, "profiling %s of %s on this machine for %d steps...\n", label, file, steps)
 	var trial *virga.Trial
 	var ms []virga.Metric
 	deadline := time.Now().Add(timeout)

@@ -17,6 +17,11 @@ import (
 type EstimateInput struct {
 	// Work is the on-demand node time of the whole experiment (all trials).
 	Work time.Duration
+	// WorkDraws, if set, are draws of Work from what is known of it (a
+	// learnt step time and its error): each sample of a plan takes one in
+	// turn, so that the plans' spread includes that of the work. Work is
+	// then their mean.
+	WorkDraws []time.Duration
 	// Slots is how many nodes it uses at once (max_concurrent, bounded by
 	// each pool's nodes); the work is spread evenly over them.
 	Slots int
@@ -87,14 +92,22 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 		odPrice = in.OnDemand.Price(in.Start)
 		share := shareOf(in.OnDemandShare)
 		p := min(slots, holds(in.OnDemand, share))
-		work := in.Work / time.Duration(p)
-		wall := work + in.OnDemand.RestartOverhead
-		cost := float64(p) * share * odPrice * in.OnDemand.Billing.Billed(wall).Hours()
-		met := 1.0
-		if in.Deadline > 0 && wall > in.Deadline {
-			met = 0
+		draws := in.WorkDraws
+		if len(draws) == 0 {
+			draws = []time.Duration{in.Work}
 		}
-		out = append(out, PlanEstimate{Plan: "on-demand", Pools: []string{in.OnDemand.Name}, Wall: wall, WallP90: wall, Cost: cost, CostP90: cost, PMeet: met, Samples: 1})
+		walls := make([]time.Duration, len(draws))
+		costs := make([]float64, len(draws))
+		met := 0
+		for i, w := range draws {
+			wall := w/time.Duration(p) + in.OnDemand.RestartOverhead
+			walls[i], costs[i] = wall, float64(p)*share*odPrice*in.OnDemand.Billing.Billed(wall).Hours()
+			if in.Deadline <= 0 || wall <= in.Deadline {
+				met++
+			}
+		}
+		out = append(out, PlanEstimate{Plan: "on-demand", Pools: []string{in.OnDemand.Name}, Wall: meanDur(walls), WallP90: quantileDur(walls, 0.9),
+			Cost: mean(costs), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(len(draws)), Samples: len(draws)})
 	}
 	if in.Spot != nil {
 		spotOnly, err := monteCarlo(in, samples, slots, schedule.SpotOnly{}, odPrice, false)
@@ -166,6 +179,9 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 		start := in.Start.Add(time.Duration(rng.Int64N(int64(30 * 24 * time.Hour))))
 		for k := range up {
 			up[k], _ = tl.Up(start.Add(time.Duration(k) * tick))
+		}
+		if len(in.WorkDraws) > 0 {
+			cfg.Work = in.WorkDraws[i%len(in.WorkDraws)] / time.Duration(p)
 		}
 		r, err := RunJob(policy, up, tick, 0, cfg)
 		if err != nil {

@@ -76,3 +76,35 @@ func TestEstimateShare(t *testing.T) {
 		t.Errorf("on-demand plan %+v", p)
 	}
 }
+
+// TestEstimateWorkDraws: when the work is uncertain (draws of it), the
+// on-demand plan's p90 is above its mean instead of equal to it, its chance
+// of meeting the deadline is the share of draws that fit, and the spot
+// plans' spread widens too.
+func TestEstimateWorkDraws(t *testing.T) {
+	spot, od := pools(t, 0.5, 2*time.Hour)
+	var draws []time.Duration
+	for i := range 100 {
+		draws = append(draws, time.Duration(20+i*2/5)*time.Hour) // 20h to 59.6h, mean 39.8h
+	}
+	in := EstimateInput{Work: 40 * time.Hour, WorkDraws: draws, Slots: 4, Deadline: 12 * time.Hour, Spot: spot, OnDemand: od, Samples: 100, Seed: 1}
+	got, err := Estimate(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := got[0]
+	if o.Samples != 100 || o.WallP90 <= o.Wall || o.CostP90 <= o.Cost {
+		t.Errorf("on-demand %+v: want 100 samples with p90 above the mean", o)
+	}
+	// Wall = work/4 + 5m <= 12h for work <= 47.67h: draws 20..47 (70 of 100).
+	if o.PMeet < 0.69 || o.PMeet > 0.71 {
+		t.Errorf("on-demand meets the deadline in %.0f%% of draws, want 70%%", 100*o.PMeet)
+	}
+	one, err := Estimate(EstimateInput{Work: 40 * time.Hour, Slots: 4, Deadline: 12 * time.Hour, Spot: spot, OnDemand: od, Samples: 100, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[1].WallP90-got[1].Wall <= one[1].WallP90-one[1].Wall {
+		t.Errorf("spot-only spread %s with uncertain work, %s without: want wider", got[1].WallP90-got[1].Wall, one[1].WallP90-one[1].Wall)
+	}
+}
