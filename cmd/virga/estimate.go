@@ -94,6 +94,9 @@ type estimateReport struct {
 	WorkP10  time.Duration `json:"work_p10,omitempty"`
 	WorkP90  time.Duration `json:"work_p90,omitempty"`
 	Measured int           `json:"measured,omitempty"`
+	// Startup is what each attempt takes before its first step, measured
+	// by the profile: billed, no progress, like a pool's restart overhead.
+	Startup time.Duration `json:"startup,omitempty"`
 }
 
 func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) error {
@@ -135,7 +138,9 @@ func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOp
 	total := expectedSteps(e, wm.steps)
 	work := time.Duration(total * float64(wm.stepTime))
 	rep := estimateReport{Experiment: e.Name, Trials: e.MaxTrials, Steps: wm.steps, StepTime: wm.stepTime, Source: wm.source, Work: work, Slots: e.MaxConcurrent}
-	in := sim.EstimateInput{Work: work, Slots: e.MaxConcurrent, Spot: spot, OnDemand: od, Checkpoint: o.checkpoint, Samples: o.samples, Seed: o.seed, Start: now}
+	in := sim.EstimateInput{Work: work, Slots: e.MaxConcurrent, Spot: spot, OnDemand: od, Checkpoint: o.checkpoint, Samples: o.samples, Seed: o.seed, Start: now,
+		Attempts: attemptShares(e, wm.steps, o.seed), Startup: wm.startup}
+	rep.Startup = wm.startup
 	if wm.model != nil {
 		if in.WorkDraws, err = workDraws(e, wm.model, total, max(o.samples, 1), o.seed); err != nil {
 			return nil, err
@@ -259,7 +264,11 @@ func printEstimate(w io.Writer, rep *estimateReport) {
 	if rep.WorkP90 > 0 {
 		fmt.Fprintf(w, " (p10 %s, p90 %s: the step time learnt from %d measurements, with its error)", fmtDuration(roundWall(rep.WorkP10)), fmtDuration(roundWall(rep.WorkP90)), rep.Measured)
 	}
-	fmt.Fprintf(w, ", %d at a time\n", rep.Slots)
+	fmt.Fprintf(w, ", %d at a time", rep.Slots)
+	if rep.Startup > 0 {
+		fmt.Fprintf(w, "; each attempt %s to start", fmtDuration(rep.Startup))
+	}
+	fmt.Fprintln(w)
 	if !rep.Deadline.IsZero() {
 		fmt.Fprintf(w, "deadline %s (in %s)", fmtTime(rep.Deadline), fmtDuration(time.Until(rep.Deadline).Round(time.Minute)))
 	} else {
@@ -371,6 +380,72 @@ func expectedSteps(e *spec.Experiment, steps int64) float64 {
 	return n * float64(steps)
 }
 
+// attemptShares returns e's attempts, each as its share of the steps all
+// trials run (expectedSteps), in the order they start: a trial without a
+// rung stopper is one attempt of steps; under asha or hyperband in stop
+// mode a trial runs on until it is stopped at a rung or reaches the end,
+// one attempt each (their lengths in a shuffled order, seeded); in promote
+// mode a trial pauses at each rung and each promotion resumes it as a new
+// attempt, which starts again and is billed again. Counts at each rung are
+// the expected ones, rounded (at least one trial reaches the end).
+func attemptShares(e *spec.Experiment, steps int64, seed uint64) []float64 {
+	n := max(e.MaxTrials, 1)
+	var lens []float64
+	maxR := e.Searcher.Int("max_resource", steps)
+	eta := e.Searcher.Float("reduction_factor", 3)
+	r := float64(e.Searcher.Int("min_resource", spec.DefaultMinResource(maxR, e.Searcher.Int("reduction_factor", 3))))
+	rungs := e.Searcher.Stopper == "asha" || e.Searcher.Stopper == "hyperband"
+	if !rungs || r <= 0 || float64(maxR) <= r || eta <= 1 {
+		for range n {
+			lens = append(lens, float64(steps))
+		}
+	} else {
+		// at[k] is rung k's resource, reach[k] how many trials reach it.
+		at, reach := []float64{r}, []int{n}
+		for share := 1.0; at[len(at)-1] < float64(maxR); {
+			share /= eta
+			at = append(at, math.Min(at[len(at)-1]*eta, float64(maxR)))
+			reach = append(reach, max(int(math.Round(float64(n)*share)), 0))
+		}
+		if reach[len(reach)-1] == 0 {
+			reach[len(reach)-1] = 1
+		}
+		for k := 1; k < len(reach); k++ {
+			reach[k] = min(reach[k], reach[k-1])
+		}
+		if e.Searcher.Text("mode", "stop") == "promote" {
+			for k := range at {
+				from := 0.0
+				if k > 0 {
+					from = at[k-1]
+				}
+				for range reach[k] {
+					lens = append(lens, at[k]-from)
+				}
+			}
+		} else {
+			for k := range at {
+				stopped := reach[k]
+				if k+1 < len(reach) {
+					stopped -= reach[k+1]
+				}
+				for range stopped {
+					lens = append(lens, at[k])
+				}
+			}
+			rand.New(rand.NewPCG(seed, 0x6174746d)).Shuffle(len(lens), func(i, j int) { lens[i], lens[j] = lens[j], lens[i] })
+		}
+	}
+	total := 0.0
+	for _, l := range lens {
+		total += l
+	}
+	for i := range lens {
+		lens[i] /= total
+	}
+	return lens
+}
+
 // work is what an estimate knows of the work: the steps of a trial that
 // runs to the end, and the time per step: given (--step-time), or learnt
 // (model) from profiled configurations and earlier trials, stepTime then
@@ -380,6 +455,9 @@ type work struct {
 	stepTime time.Duration
 	model    *steptime.Model
 	source   string
+	// startup is what every attempt takes before its first step (measured
+	// by a profile; 0 when unknown).
+	startup time.Duration
 }
 
 // workModel finds the steps per trial and the time per step, from the
@@ -433,10 +511,11 @@ func (g *globals) workModel(ctx context.Context, file string, data []byte, e *sp
 	}
 	obs := hobs
 	if o.profile > 0 {
-		pobs, err := profileDesign(ctx, file, data, e, max(o.configs, 1), o.profile, o.profileFor, o.seed, g.stderr)
+		pobs, startup, err := profileDesign(ctx, file, data, e, max(o.configs, 1), o.profile, o.profileFor, o.seed, g.stderr)
 		if err != nil {
 			return work{}, err
 		}
+		w.startup = startup
 		obs = append(obs, pobs...)
 		from = append(from, fmt.Sprintf("profile of %d configurations x %d steps on this machine", len(pobs), o.profile))
 	}

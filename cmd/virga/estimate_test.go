@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,9 +39,10 @@ func TestEstimateFromFlags(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	od, spot, v := rep.Plans[0], rep.Plans[1], rep.Plans[2]
-	// On-demand: 4 trials x (40m + 3m restart overhead) at $3.06/h for an
+	// On-demand: 4 nodes, each running 2 trials of 20m, each trial paying
+	// the 3m restart overhead; 8 attempts of 23m billed at $3.06/h for an
 	// eighth of a node each (1 of the p3.2xlarge's 8 cores).
-	if od.Plan != "on-demand" || od.Wall != 43*time.Minute || od.PMeet != 1 || abs(od.Cost-4*3.06*43/60/8) > 1e-9 {
+	if od.Plan != "on-demand" || od.Wall != 46*time.Minute || od.PMeet != 1 || abs(od.Cost-8*3.06*23/60/8) > 1e-9 {
 		t.Errorf("on-demand plan %+v", od)
 	}
 	if v.Plan != "virga" || v.PMeet != 1 || v.Cost >= od.Cost || spot.Cost >= v.Cost {
@@ -64,7 +66,7 @@ func TestEstimateInfeasibleDeadline(t *testing.T) {
 	dir := t.TempDir()
 	exp := stepExperiment(t, dir, "late", 8, 2, 20, 10, "deadline: 1h")
 	out, errOut, code := runCLI(t, dir, "estimate", exp, "--capacity", capacityFile(t), "--steps", "20", "--step-time", "1m", "--samples", "10")
-	if code != 0 || !strings.Contains(out, "the deadline cannot be met even on on-demand capacity: the earliest finish is") || !strings.Contains(out, "(1h23m0s from now)") {
+	if code != 0 || !strings.Contains(out, "the deadline cannot be met even on on-demand capacity: the earliest finish is") || !strings.Contains(out, "(1h32m0s from now)") {
 		t.Fatalf("exit %d:\n%s%s", code, out, errOut)
 	}
 }
@@ -146,7 +148,7 @@ func TestEstimateProfile(t *testing.T) {
 	}
 	// steptrial sleeps 100 ms per step.
 	if rep.StepTime < 90*time.Millisecond || rep.StepTime > time.Second || !strings.Contains(rep.Source, "profile of 4 configurations x 5 steps on this machine") ||
-		rep.Measured != 4 || !(rep.WorkP10 < rep.Work && rep.Work < rep.WorkP90) {
+		rep.Measured != 4 || !(rep.WorkP10 < rep.Work && rep.Work < rep.WorkP90) || rep.Startup <= 0 || rep.Startup > 30*time.Second {
 		t.Fatalf("report %+v", rep)
 	}
 	if !strings.Contains(errOut, "profiling configuration 1 of 4 (x=") || !strings.Contains(errOut, "profiling configuration 4 of 4 (x=") {
@@ -278,5 +280,37 @@ func TestEstimatePrintsShortWalls(t *testing.T) {
 		Plans: []sim.PlanEstimate{{Plan: "on-demand", Pools: []string{"od"}, Wall: 8300 * time.Millisecond, WallP90: 9 * time.Second}}})
 	if !strings.Contains(b.String(), "on-demand  od     8s    9s") || !strings.Contains(b.String(), "x 20ms per step") {
 		t.Errorf("printed:\n%s", b.String())
+	}
+}
+
+// TestAttemptShares: the attempts an estimate bills one by one: one per
+// trial without a stopper; under ASHA in stop mode one per trial, of the
+// length of the rung it is stopped at; in promote mode one per rung a
+// trial reaches (a promotion resumes it as a new attempt).
+func TestAttemptShares(t *testing.T) {
+	lengths := func(e *spec.Experiment, steps int64) []float64 {
+		sh := attemptShares(e, steps, 1)
+		total := expectedSteps(e, steps)
+		out := make([]float64, len(sh))
+		for i, s := range sh {
+			out[i] = math.Round(s * total)
+		}
+		slices.Sort(out)
+		return out
+	}
+	plain := &spec.Experiment{MaxTrials: 3, Searcher: spec.Searcher{Sampler: "random"}}
+	if got := lengths(plain, 10); !slices.Equal(got, []float64{10, 10, 10}) {
+		t.Errorf("random: %v", got)
+	}
+	asha := &spec.Experiment{MaxTrials: 9, Searcher: spec.Searcher{Sampler: "random", Stopper: "asha",
+		Settings: map[string]any{"max_resource": int64(27), "min_resource": int64(3)}}}
+	// 9 trials to 3; 3 of them to 9; 1 to 27: 6 stopped at 3, 2 at 9, 1 at 27.
+	if got := lengths(asha, 27); !slices.Equal(got, []float64{3, 3, 3, 3, 3, 3, 9, 9, 27}) {
+		t.Errorf("asha stop: %v", got)
+	}
+	asha.Searcher.Settings["mode"] = "promote"
+	// 9 attempts of 3, 3 resumptions of 6, 1 of 18.
+	if got := lengths(asha, 27); !slices.Equal(got, []float64{3, 3, 3, 3, 3, 3, 3, 3, 3, 6, 6, 6, 18}) {
+		t.Errorf("asha promote: %v", got)
 	}
 }

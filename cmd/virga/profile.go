@@ -78,28 +78,31 @@ func tagOf(key string) string {
 
 // profileDesign measures the step time of configs configurations of the
 // experiment in file, chosen to span its space (search.Design), one after
-// another on this machine, each for steps steps (see profile).
-func profileDesign(ctx context.Context, file string, data []byte, e *spec.Experiment, configs, steps int, timeout time.Duration, seed uint64, progress io.Writer) ([]steptime.Obs, error) {
+// another on this machine, each for steps steps (see profile), and the
+// median start-up of their trials.
+func profileDesign(ctx context.Context, file string, data []byte, e *spec.Experiment, configs, steps int, timeout time.Duration, seed uint64, progress io.Writer) (obs []steptime.Obs, startup time.Duration, err error) {
 	pts, err := search.Design(e, configs, rand.New(rand.NewPCG(seed, 0x70726f66696c65)))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, 0, fmt.Errorf("%s: %w", file, err)
 	}
+	var ups []time.Duration
 	res := virga.Resources{CPU: e.Resources.CPU, MemoryMB: e.Resources.MemoryMB, GPU: e.Resources.GPU}
-	obs := make([]steptime.Obs, 0, len(pts))
 	for i, p := range pts {
 		pinned, err := pin(data, p)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
+			return nil, 0, fmt.Errorf("%s: %w", file, err)
 		}
 		label := fmt.Sprintf("configuration %d of %d (%s)", i+1, len(pts), fmtPoint(e, p))
-		st, err := profile(ctx, file, pinned, label, steps, timeout, progress)
+		st, up, err := profile(ctx, file, pinned, label, steps, timeout, progress)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		fmt.Fprintf(progress, "  %s per step\n", fmtDuration(st))
+		fmt.Fprintf(progress, "  %s per step, %s to start\n", fmtDuration(st), fmtDuration(up))
 		obs = append(obs, steptime.Obs{Point: p, Resources: res, StepTime: st})
+		ups = append(ups, up)
 	}
-	return obs, nil
+	slices.Sort(ups)
+	return obs, ups[len(ups)/2], nil
 }
 
 // fmtPoint is a configuration as name=value pairs in the file's order.
@@ -161,30 +164,33 @@ func pin(data []byte, point map[string]any) ([]byte, error) {
 // profile runs one trial of the experiment in file on this machine, with a
 // server of its own in a temporary directory, until it has reported steps
 // times after its first report (or ended, or timeout passed), stops it, and
-// returns the median time between its consecutive reports per step.
-func profile(ctx context.Context, file string, data []byte, label string, steps int, timeout time.Duration, progress io.Writer) (time.Duration, error) {
+// returns the median time between its consecutive reports per step, and
+// its start-up: from its creation to its first report, less the steps
+// that report counts (placing it, starting its process, the trainer's own
+// set-up: what every attempt pays before it makes progress).
+func profile(ctx context.Context, file string, data []byte, label string, steps int, timeout time.Duration, progress io.Writer) (stepTime, startup time.Duration, err error) {
 	one, err := profileExperiment(data)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", file, err)
+		return 0, 0, fmt.Errorf("%s: %w", file, err)
 	}
 	abs, err := filepath.Abs(file)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	dir, err := os.MkdirTemp("", "virga-profile-*")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer os.RemoveAll(dir)
 	srv, err := server.Start(ctx, server.Config{DataDir: dir, Version: version, WarmShims: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		return 0, fmt.Errorf("starting a server for the profile: %w", err)
+		return 0, 0, fmt.Errorf("starting a server for the profile: %w", err)
 	}
 	defer srv.Close()
 	c := client.New(srv.URL, srv.Token)
 	exp, err := c.Submit(ctx, abs, one)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// However this ends (Ctrl-C included), stop the trial and wait for its
 	// process to end before the server and its directory go.
@@ -206,12 +212,12 @@ func profile(ctx context.Context, file string, data []byte, label string, steps 
 	for {
 		ts, err := c.Trials(ctx, exp.ID)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if len(ts) > 0 {
 			trial = ts[0]
 			if ms, err = c.Metrics(ctx, trial.ID); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			if len(ms) > steps || trial.State.Terminal() {
 				break
@@ -222,7 +228,7 @@ func profile(ctx context.Context, file string, data []byte, label string, steps 
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -238,8 +244,10 @@ func profile(ctx context.Context, file string, data []byte, label string, steps 
 		if trial != nil {
 			state = fmt.Sprintf("trial %s after %d reports (%s)", trial.State, len(ms), trial.Message)
 		}
-		return 0, fmt.Errorf("the profile of %s measured no step time within %s: %s", file, timeout, state)
+		return 0, 0, fmt.Errorf("the profile of %s measured no step time within %s: %s", file, timeout, state)
 	}
 	slices.Sort(per)
-	return time.Duration(per[len(per)/2]), nil
+	stepTime = time.Duration(per[len(per)/2])
+	startup = ms[0].Time.Sub(trial.CreatedAt) - time.Duration(ms[0].Step)*stepTime
+	return stepTime, max(startup, 0), nil
 }

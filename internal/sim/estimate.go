@@ -22,6 +22,17 @@ type EstimateInput struct {
 	// turn, so that the plans' spread includes that of the work. Work is
 	// then their mean.
 	WorkDraws []time.Duration
+	// Attempts, if set, are the experiment's attempts (trials, and their
+	// resumptions at rungs), each as its share of Work, in the order they
+	// start: every attempt pays the pool's restart overhead and is billed
+	// on its own (with the billing minimum), as the backends bill. The
+	// on-demand plan places them on its nodes as they free up. Without
+	// them, the work is Slots lanes each started once.
+	Attempts []float64
+	// Startup is what every attempt takes before its first step, on any
+	// pool (starting its process, the trainer's set-up): billed, no
+	// progress, on top of the pool's restart overhead.
+	Startup time.Duration
 	// Slots is how many nodes it uses at once (max_concurrent, bounded by
 	// each pool's nodes); the work is spread evenly over them.
 	Slots int
@@ -100,8 +111,16 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 		costs := make([]float64, len(draws))
 		met := 0
 		for i, w := range draws {
-			wall := w/time.Duration(p) + in.OnDemand.RestartOverhead
-			walls[i], costs[i] = wall, float64(p)*share*odPrice*in.OnDemand.Billing.Billed(wall).Hours()
+			var wall time.Duration
+			if len(in.Attempts) > 0 {
+				var billed time.Duration
+				wall, billed = listSchedule(in.Attempts, w, p, in.OnDemand.RestartOverhead+in.Startup, in.OnDemand.Billing)
+				costs[i] = share * odPrice * billed.Hours()
+			} else {
+				wall = w/time.Duration(p) + in.OnDemand.RestartOverhead + in.Startup
+				costs[i] = float64(p) * share * odPrice * in.OnDemand.Billing.Billed(wall).Hours()
+			}
+			walls[i] = wall
 			if in.Deadline <= 0 || wall <= in.Deadline {
 				met++
 			}
@@ -129,6 +148,42 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 	return out, nil
 }
 
+// listSchedule runs attempts (shares of work) in order on nodes nodes,
+// each on the first node free, each paying overhead before its work; it
+// returns when the last ends and the node time billed (each attempt on its
+// own, with the billing minimum).
+func listSchedule(attempts []float64, work time.Duration, nodes int, overhead time.Duration, b capacity.Billing) (wall, billed time.Duration) {
+	free := make([]time.Duration, max(nodes, 1))
+	for _, a := range attempts {
+		d := overhead + time.Duration(a*float64(work))
+		k := 0
+		for j := range free {
+			if free[j] < free[k] {
+				k = j
+			}
+		}
+		free[k] += d
+		billed += b.Billed(d)
+		wall = max(wall, free[k])
+	}
+	return wall, billed
+}
+
+// attemptExtras is what the lanes of a fluid replay leave out when the
+// work is made of attempts: the restart overhead of every attempt after
+// each lane's first (node time that makes no progress), and the billing
+// minimum's excess over attempts shorter than it.
+func attemptExtras(attempts []float64, work time.Duration, lanes int, overhead time.Duration, b capacity.Billing) (perLane, unbilled time.Duration) {
+	if len(attempts) > lanes {
+		perLane = time.Duration(len(attempts)-lanes) * overhead / time.Duration(lanes)
+	}
+	for _, a := range attempts {
+		d := overhead + time.Duration(a*float64(work))
+		unbilled += b.Billed(d) - d
+	}
+	return perLane, unbilled
+}
+
 // monteCarlo replays the work under policy on samples draws of the spot
 // pool's availability.
 func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, odPrice float64, withOD bool) (PlanEstimate, error) {
@@ -151,7 +206,7 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 	if d := deadline / 600; d > tick {
 		tick = d.Round(time.Minute)
 	}
-	overhead := sp.RestartOverhead
+	overhead := sp.RestartOverhead + in.Startup
 	st := sp.Stats()
 	cfg := JobConfig{
 		Work: work, Deadline: deadline, Overhead: overhead, Checkpoint: in.Checkpoint,
@@ -180,8 +235,16 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 		for k := range up {
 			up[k], _ = tl.Up(start.Add(time.Duration(k) * tick))
 		}
+		total := in.Work
 		if len(in.WorkDraws) > 0 {
-			cfg.Work = in.WorkDraws[i%len(in.WorkDraws)] / time.Duration(p)
+			total = in.WorkDraws[i%len(in.WorkDraws)]
+		}
+		cfg.Work = total / time.Duration(p)
+		var unbilled time.Duration
+		if len(in.Attempts) > 0 {
+			var perLane time.Duration
+			perLane, unbilled = attemptExtras(in.Attempts, total, p, overhead, sp.Billing)
+			cfg.Work += perLane
 		}
 		r, err := RunJob(policy, up, tick, 0, cfg)
 		if err != nil {
@@ -194,7 +257,7 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 			unfinished++
 		}
 		walls = append(walls, r.Finish)
-		costs = append(costs, float64(p)*share*r.Cost)
+		costs = append(costs, float64(p)*share*r.Cost+share*cfg.SpotPrice*unbilled.Hours())
 	}
 	pools := []string{sp.Name}
 	name := "spot-only"

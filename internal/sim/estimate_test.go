@@ -108,3 +108,35 @@ func TestEstimateWorkDraws(t *testing.T) {
 		t.Errorf("spot-only spread %s with uncertain work, %s without: want wider", got[1].WallP90-got[1].Wall, one[1].WallP90-one[1].Wall)
 	}
 }
+
+// TestEstimateBillsEveryAttempt: 12 trials of 5 s on 2 on-demand nodes
+// billed per second with a one-minute minimum cost 12 minutes of node
+// time, not the 2 minutes of two lanes of 30 s; and each trial pays the
+// restart overhead: 6 of them run one after another on each node.
+func TestEstimateBillsEveryAttempt(t *testing.T) {
+	_, od := pools(t, 0.5, time.Hour)
+	od.RestartOverhead = 2 * time.Second
+	od.Billing = capacity.Billing{Increment: time.Second, Minimum: time.Minute}
+	attempts := make([]float64, 12)
+	for i := range attempts {
+		attempts[i] = 1.0 / 12
+	}
+	got, err := Estimate(EstimateInput{Work: time.Minute, Slots: 2, OnDemand: od, Attempts: attempts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 12 * 3.0 / 60; math.Abs(got[0].Cost-want) > 1e-9 {
+		t.Errorf("cost $%.3f, want $%.3f (12 attempts x the 1-minute minimum at $3/h)", got[0].Cost, want)
+	}
+	if want := 6 * (5 + 2) * time.Second; got[0].Wall != want {
+		t.Errorf("wall %s, want %s (6 attempts of 5 s + 2 s overhead per node)", got[0].Wall, want)
+	}
+	// A start-up of 1 s measured by a profile: every attempt pays it too.
+	got, err = Estimate(EstimateInput{Work: time.Minute, Slots: 2, OnDemand: od, Attempts: attempts, Startup: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 6 * (5 + 2 + 1) * time.Second; got[0].Wall != want {
+		t.Errorf("wall with a start-up of 1s: %s, want %s", got[0].Wall, want)
+	}
+}
