@@ -26,7 +26,7 @@ func capacityFile(t *testing.T) string {
 func TestEstimateFromFlags(t *testing.T) {
 	dir := t.TempDir()
 	exp := stepExperiment(t, dir, "est", 8, 4, 20, 10, "deadline: 3h\nbudget: 50")
-	out, errOut, code := runCLI(t, dir, "estimate", exp, "--capacity", capacityFile(t), "--steps", "20", "--step-time", "1m", "--samples", "40", "--json")
+	out, errOut, code := runCLI(t, dir, "estimate", exp, "--capacity", capacityFile(t), "--steps", "20", "--step-time", "1m", "--samples", "40", "--unmodelled", "0", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s %s", code, out, errOut)
 	}

@@ -77,33 +77,70 @@ func tagOf(key string) string {
 }
 
 // profileDesign measures the step time of configs configurations of the
-// experiment in file, chosen to span its space (search.Design), one after
-// another on this machine, each for steps steps (see profile), and the
-// median start-up of their trials.
+// experiment in file, chosen to span its space (search.Design), on this
+// machine, each for steps steps, and the median start-up of their trials.
+// They run as many at a time as the experiment runs trials
+// (max_concurrent), on one server of their own in a temporary directory,
+// so that the step times are those of trials sharing the machine as the
+// run's will.
 func profileDesign(ctx context.Context, file string, data []byte, e *spec.Experiment, configs, steps int, timeout time.Duration, seed uint64, progress io.Writer) (obs []steptime.Obs, startup time.Duration, err error) {
 	pts, err := search.Design(e, configs, rand.New(rand.NewPCG(seed, 0x70726f66696c65)))
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", file, err)
 	}
-	var ups []time.Duration
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return nil, 0, err
+	}
+	dir, err := os.MkdirTemp("", "virga-profile-*")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := server.Start(ctx, server.Config{DataDir: dir, Version: version, WarmShims: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return nil, 0, fmt.Errorf("starting a server for the profile: %w", err)
+	}
+	defer srv.Close()
+	c := client.New(srv.URL, srv.Token)
+
 	res := virga.Resources{CPU: e.Resources.CPU, MemoryMB: e.Resources.MemoryMB, GPU: e.Resources.GPU}
-	for i, p := range pts {
-		pinned, err := pin(data, p)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", file, err)
+	at := max(e.MaxConcurrent, 1)
+	var ups []time.Duration
+	for i := 0; i < len(pts); i += at {
+		group := pts[i:min(i+at, len(pts))]
+		ids := make([]int64, len(group))
+		for j, p := range group {
+			pinned, err := pin(data, p)
+			if err == nil {
+				pinned, err = profileExperiment(pinned)
+			}
+			if err != nil {
+				return nil, 0, fmt.Errorf("%s: %w", file, err)
+			}
+			exp, err := c.Submit(ctx, abs, pinned)
+			if err != nil {
+				return nil, 0, err
+			}
+			ids[j] = exp.ID
+			fmt.Fprintf(progress, "profiling configuration %d of %d (%s) of %s on this machine for %d steps...\n", i+j+1, len(pts), fmtPoint(e, p), file, steps)
 		}
-		label := fmt.Sprintf("configuration %d of %d (%s)", i+1, len(pts), fmtPoint(e, p))
-		st, up, err := profile(ctx, file, pinned, label, steps, timeout, progress)
+		got, err := profileGroup(ctx, c, ids, file, steps, timeout)
 		if err != nil {
 			return nil, 0, err
 		}
-		fmt.Fprintf(progress, "  %s per step, %s to start\n", fmtDuration(st), fmtDuration(up))
-		obs = append(obs, steptime.Obs{Point: p, Resources: res, StepTime: st})
-		ups = append(ups, up)
+		for j, m := range got {
+			fmt.Fprintf(progress, "  configuration %d: %s per step, %s to start\n", i+j+1, fmtDuration(m.stepTime), fmtDuration(m.startup))
+			obs = append(obs, steptime.Obs{Point: group[j], Resources: res, StepTime: m.stepTime})
+			ups = append(ups, m.startup)
+		}
 	}
 	slices.Sort(ups)
 	return obs, ups[len(ups)/2], nil
 }
+
+// measured is what the profile of one configuration found.
+type measured struct{ stepTime, startup time.Duration }
 
 // fmtPoint is a configuration as name=value pairs in the file's order.
 func fmtPoint(e *spec.Experiment, p map[string]any) string {
@@ -161,93 +198,91 @@ func pin(data []byte, point map[string]any) ([]byte, error) {
 	return b.Bytes(), enc.Close()
 }
 
-// profile runs one trial of the experiment in file on this machine, with a
-// server of its own in a temporary directory, until it has reported steps
-// times after its first report (or ended, or timeout passed), stops it, and
-// returns the median time between its consecutive reports per step, and
-// its start-up: from its creation to its first report, less the steps
-// that report counts (placing it, starting its process, the trainer's own
-// set-up: what every attempt pays before it makes progress).
-func profile(ctx context.Context, file string, data []byte, label string, steps int, timeout time.Duration, progress io.Writer) (stepTime, startup time.Duration, err error) {
-	one, err := profileExperiment(data)
-	if err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", file, err)
-	}
-	abs, err := filepath.Abs(file)
-	if err != nil {
-		return 0, 0, err
-	}
-	dir, err := os.MkdirTemp("", "virga-profile-*")
-	if err != nil {
-		return 0, 0, err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := server.Start(ctx, server.Config{DataDir: dir, Version: version, WarmShims: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return 0, 0, fmt.Errorf("starting a server for the profile: %w", err)
-	}
-	defer srv.Close()
-	c := client.New(srv.URL, srv.Token)
-	exp, err := c.Submit(ctx, abs, one)
-	if err != nil {
-		return 0, 0, err
-	}
-	// However this ends (Ctrl-C included), stop the trial and wait for its
-	// process to end before the server and its directory go.
+// profileGroup follows the one-trial experiments ids, running at once,
+// until each has reported steps times after its first report (or ended,
+// or timeout passed), stops them, and returns for each the median time
+// between its consecutive reports per step, and its start-up: from its
+// creation to its first report, less the steps that report counts
+// (placing it, starting its process, the trainer's own set-up: what every
+// attempt pays before it makes progress).
+func profileGroup(ctx context.Context, c *client.Client, ids []int64, file string, steps int, timeout time.Duration) ([]measured, error) {
+	// However this ends (Ctrl-C included), stop the trials and wait for
+	// their processes to end before the server and its directory go.
 	defer func() {
 		bg := context.WithoutCancel(ctx)
-		if _, err := c.Control(bg, exp.ID, wire.OpStop); err != nil {
-			return
+		for _, id := range ids {
+			_, _ = c.Control(bg, id, wire.OpStop)
 		}
 		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			if v, err := c.Experiment(bg, exp.ID); err != nil || v.State.Terminal() {
+			done := true
+			for _, id := range ids {
+				if v, err := c.Experiment(bg, id); err == nil && !v.State.Terminal() {
+					done = false
+				}
+			}
+			if done {
 				return
 			}
 		}
 	}()
-	fmt.Fprintf(progress, "profiling %s of %s on this machine for %d steps...\n", label, file, steps)
-	var trial *virga.Trial
-	var ms []virga.Metric
+	trials := make([]*virga.Trial, len(ids))
+	ms := make([][]virga.Metric, len(ids))
+	finished := make([]bool, len(ids))
 	deadline := time.Now().Add(timeout)
 	for {
-		ts, err := c.Trials(ctx, exp.ID)
-		if err != nil {
-			return 0, 0, err
-		}
-		if len(ts) > 0 {
-			trial = ts[0]
-			if ms, err = c.Metrics(ctx, trial.ID); err != nil {
-				return 0, 0, err
+		all := true
+		for j, id := range ids {
+			if finished[j] {
+				continue
 			}
-			if len(ms) > steps || trial.State.Terminal() {
-				break
+			ts, err := c.Trials(ctx, id)
+			if err != nil {
+				return nil, err
 			}
+			if len(ts) > 0 {
+				trials[j] = ts[0]
+				if ms[j], err = c.Metrics(ctx, trials[j].ID); err != nil {
+					return nil, err
+				}
+				if len(ms[j]) > steps || trials[j].State.Terminal() {
+					finished[j] = true
+					// Stop it now: the others of the group go on as the
+					// run's trials would, one fewer at a time.
+					_, _ = c.Control(context.WithoutCancel(ctx), id, wire.OpStop)
+					continue
+				}
+			}
+			all = false
 		}
-		if time.Now().After(deadline) {
+		if all || time.Now().After(deadline) {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	var per []float64
-	for i := 1; i < len(ms); i++ {
-		a, b := ms[i-1], ms[i]
-		if a.AttemptID == b.AttemptID && b.Step > a.Step {
-			per = append(per, float64(b.Time.Sub(a.Time))/float64(b.Step-a.Step))
+	out := make([]measured, len(ids))
+	for j := range ids {
+		var per []float64
+		for i := 1; i < len(ms[j]); i++ {
+			a, b := ms[j][i-1], ms[j][i]
+			if a.AttemptID == b.AttemptID && b.Step > a.Step {
+				per = append(per, float64(b.Time.Sub(a.Time))/float64(b.Step-a.Step))
+			}
 		}
-	}
-	if len(per) == 0 {
-		state := "no trial"
-		if trial != nil {
-			state = fmt.Sprintf("trial %s after %d reports (%s)", trial.State, len(ms), trial.Message)
+		if len(per) == 0 {
+			state := "no trial"
+			if t := trials[j]; t != nil {
+				state = fmt.Sprintf("trial %s after %d reports (%s)", t.State, len(ms[j]), t.Message)
+			}
+			return nil, fmt.Errorf("the profile of %s measured no step time within %s: %s", file, timeout, state)
 		}
-		return 0, 0, fmt.Errorf("the profile of %s measured no step time within %s: %s", file, timeout, state)
+		slices.Sort(per)
+		st := time.Duration(per[len(per)/2])
+		up := ms[j][0].Time.Sub(trials[j].CreatedAt) - time.Duration(ms[j][0].Step)*st
+		out[j] = measured{stepTime: st, startup: max(up, 0)}
 	}
-	slices.Sort(per)
-	stepTime = time.Duration(per[len(per)/2])
-	startup = ms[0].Time.Sub(trial.CreatedAt) - time.Duration(ms[0].Step)*stepTime
-	return stepTime, max(startup, 0), nil
+	return out, nil
 }

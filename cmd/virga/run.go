@@ -446,7 +446,7 @@ func (g *globals) runEstimate(ctx context.Context, c *client.Client, file, capac
 	if capacityFile == "" {
 		return nil, nil
 	}
-	rep, err := g.computeEstimate(ctx, file, estimateOpts{capacity: capacityFile, samples: 200, seed: 1}, c)
+	rep, err := g.computeEstimate(ctx, file, estimateOpts{capacity: capacityFile, samples: 200, seed: 1, unmodelled: defaultUnmodelled}, c)
 	if err != nil {
 		fmt.Fprintf(g.stderr, "no estimate before the run: %v\n", err)
 		return nil, nil

@@ -29,6 +29,11 @@ type EstimateInput struct {
 	// on-demand plan places them on its nodes as they free up. Without
 	// them, the work is Slots lanes each started once.
 	Attempts []float64
+	// Unmodelled is the log standard deviation of what the model leaves
+	// out (trials sharing cores, the control loop's gaps, the machine's
+	// other load): each sample's attempts run exp(Unmodelled*z) times as
+	// long as the model says, z standard normal. 0: none.
+	Unmodelled float64
 	// Startup is what every attempt takes before its first step, on any
 	// pool (starting its process, the trainer's set-up): billed, no
 	// progress, on top of the pool's restart overhead.
@@ -59,11 +64,15 @@ type PlanEstimate struct {
 	Plan string `json:"plan"` // on-demand, spot-only, virga
 	// Pools it uses.
 	Pools []string `json:"pools"`
-	// Wall is the mean wall time to finish, WallP90 its 90th percentile.
+	// Wall is the mean wall time to finish, WallP10 and WallP90 its 10th
+	// and 90th percentiles.
 	Wall    time.Duration `json:"wall"`
+	WallP10 time.Duration `json:"wall_p10"`
 	WallP90 time.Duration `json:"wall_p90"`
-	// Cost is the mean cost in dollars, CostP90 its 90th percentile.
+	// Cost is the mean cost in dollars, CostP10 and CostP90 its 10th and
+	// 90th percentiles.
 	Cost    float64 `json:"cost"`
+	CostP10 float64 `json:"cost_p10"`
 	CostP90 float64 `json:"cost_p90"`
 	// PMeet is the fraction of samples that met the deadline (1 with no
 	// deadline when every sample finished).
@@ -78,6 +87,19 @@ type PlanEstimate struct {
 // ErrDeadlineInfeasible is returned (wrapped, with the estimates) when even
 // on-demand capacity cannot finish the work by the deadline.
 var ErrDeadlineInfeasible = errors.New("the deadline cannot be met even on on-demand capacity")
+
+// InfeasibleError is ErrDeadlineInfeasible with the earliest finish on
+// on-demand capacity, from submission.
+type InfeasibleError struct {
+	Earliest, Deadline time.Duration
+}
+
+func (e *InfeasibleError) Error() string {
+	return fmt.Sprintf("%v: on-demand needs %s from submission (deadline %s)", ErrDeadlineInfeasible, e.Earliest.Round(time.Minute), e.Deadline)
+}
+
+// Unwrap makes errors.Is(err, ErrDeadlineInfeasible) hold.
+func (e *InfeasibleError) Unwrap() error { return ErrDeadlineInfeasible }
 
 // Estimate forecasts the wall time, cost and chance of meeting the deadline
 // of each plan: on-demand only, spot only, and Virga's (schedule.Planned
@@ -107,17 +129,24 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 		if len(draws) == 0 {
 			draws = []time.Duration{in.Work}
 		}
-		walls := make([]time.Duration, len(draws))
-		costs := make([]float64, len(draws))
+		n := len(draws)
+		if in.Unmodelled > 0 {
+			n = max(n, samples)
+		}
+		walls := make([]time.Duration, n)
+		costs := make([]float64, n)
 		met := 0
-		for i, w := range draws {
+		for i := range n {
+			w := draws[i%len(draws)]
+			slow := unmodelled(in, i)
+			w = time.Duration(float64(w) * slow)
 			var wall time.Duration
 			if len(in.Attempts) > 0 {
 				var billed time.Duration
-				wall, billed = listSchedule(in.Attempts, w, p, in.OnDemand.RestartOverhead+in.Startup, in.OnDemand.Billing)
+				wall, billed = listSchedule(in.Attempts, w, p, time.Duration(float64(in.OnDemand.RestartOverhead+in.Startup)*slow), in.OnDemand.Billing)
 				costs[i] = share * odPrice * billed.Hours()
 			} else {
-				wall = w/time.Duration(p) + in.OnDemand.RestartOverhead + in.Startup
+				wall = w/time.Duration(p) + time.Duration(float64(in.OnDemand.RestartOverhead+in.Startup)*slow)
 				costs[i] = float64(p) * share * odPrice * in.OnDemand.Billing.Billed(wall).Hours()
 			}
 			walls[i] = wall
@@ -125,8 +154,8 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 				met++
 			}
 		}
-		out = append(out, PlanEstimate{Plan: "on-demand", Pools: []string{in.OnDemand.Name}, Wall: meanDur(walls), WallP90: quantileDur(walls, 0.9),
-			Cost: mean(costs), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(len(draws)), Samples: len(draws)})
+		out = append(out, PlanEstimate{Plan: "on-demand", Pools: []string{in.OnDemand.Name}, Wall: meanDur(walls), WallP10: quantileDur(walls, 0.1), WallP90: quantileDur(walls, 0.9),
+			Cost: mean(costs), CostP10: quantile(costs, 0.1), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(n), Samples: n})
 	}
 	if in.Spot != nil {
 		spotOnly, err := monteCarlo(in, samples, slots, schedule.SpotOnly{}, odPrice, false)
@@ -142,10 +171,30 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 			out = append(out, v)
 		}
 	}
-	if in.OnDemand != nil && in.Deadline > 0 && out[0].PMeet == 0 {
-		return out, fmt.Errorf("%w: on-demand needs %s from submission (deadline %s)", ErrDeadlineInfeasible, out[0].Wall.Round(time.Minute), in.Deadline)
+	if in.OnDemand != nil && in.Deadline > 0 {
+		// As the model has it (the mean work, nothing unmodelled): the
+		// earliest finish on-demand capacity allows.
+		share := shareOf(in.OnDemandShare)
+		p := min(slots, holds(in.OnDemand, share))
+		wall := in.Work/time.Duration(p) + in.OnDemand.RestartOverhead + in.Startup
+		if len(in.Attempts) > 0 {
+			wall, _ = listSchedule(in.Attempts, in.Work, p, in.OnDemand.RestartOverhead+in.Startup, in.OnDemand.Billing)
+		}
+		if wall > in.Deadline {
+			return out, &InfeasibleError{Earliest: wall, Deadline: in.Deadline}
+		}
 	}
 	return out, nil
+}
+
+// unmodelled is sample i's factor for what the model leaves out
+// (EstimateInput.Unmodelled), drawn from the estimate's seed.
+func unmodelled(in EstimateInput, i int) float64 {
+	if in.Unmodelled <= 0 {
+		return 1
+	}
+	r := rand.New(rand.NewPCG(in.Seed^0x756e6d6f64656c6c, uint64(i)))
+	return math.Exp(in.Unmodelled * r.NormFloat64())
 }
 
 // listSchedule runs attempts (shares of work) in order on nodes nodes,
@@ -239,6 +288,7 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 		if len(in.WorkDraws) > 0 {
 			total = in.WorkDraws[i%len(in.WorkDraws)]
 		}
+		total = time.Duration(float64(total) * unmodelled(in, i))
 		cfg.Work = total / time.Duration(p)
 		var unbilled time.Duration
 		if len(in.Attempts) > 0 {
@@ -265,8 +315,8 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 		pools = append(pools, in.OnDemand.Name)
 		name = "virga"
 	}
-	return PlanEstimate{Plan: name, Pools: pools, Wall: meanDur(walls), WallP90: quantileDur(walls, 0.9),
-		Cost: mean(costs), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(samples),
+	return PlanEstimate{Plan: name, Pools: pools, Wall: meanDur(walls), WallP10: quantileDur(walls, 0.1), WallP90: quantileDur(walls, 0.9),
+		Cost: mean(costs), CostP10: quantile(costs, 0.1), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(samples),
 		Unfinished: float64(unfinished) / float64(samples), Samples: samples}, nil
 }
 

@@ -140,3 +140,30 @@ func TestEstimateBillsEveryAttempt(t *testing.T) {
 		t.Errorf("wall with a start-up of 1s: %s, want %s", got[0].Wall, want)
 	}
 }
+
+// TestEstimateUnmodelled: what the model leaves out spreads the on-demand
+// plan's wall around the model's (its p10 below, its p90 above), while
+// whether the deadline can be met at all is judged on the model's own
+// earliest finish.
+func TestEstimateUnmodelled(t *testing.T) {
+	spot, od := pools(t, 0.5, time.Hour)
+	in := EstimateInput{Work: 40 * time.Hour, Slots: 4, OnDemand: od, Spot: spot, Samples: 400, Seed: 3, Unmodelled: 0.3, Deadline: 20 * time.Hour}
+	got, err := Estimate(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := 10*time.Hour + 5*time.Minute
+	if o := got[0]; !(o.WallP10 < base && base < o.WallP90) || o.Samples != 400 {
+		t.Errorf("on-demand %+v: want p10 < %s < p90 over 400 samples", o, base)
+	}
+	// exp(0.3 z) at the 10th percentile is 0.68: p10 about 6.9h.
+	if p10 := got[0].WallP10.Hours(); p10 < 6.4 || p10 > 7.4 {
+		t.Errorf("on-demand p10 %.1fh, want about 6.9h", p10)
+	}
+	in.Deadline = 9 * time.Hour
+	_, err = Estimate(in)
+	var late *InfeasibleError
+	if !errors.As(err, &late) || late.Earliest != base {
+		t.Errorf("deadline 9h: %v, want infeasible with the earliest finish %s", err, base)
+	}
+}

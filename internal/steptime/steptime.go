@@ -8,10 +8,10 @@
 // the log scale for positive ranges, so that sizes act as powers; each
 // categorical value but the first as an indicator; the log of the CPUs and
 // of one plus the GPUs), with Gaussian noise. It is fitted as a Bayesian
-// linear regression with the conjugate normal-inverse-gamma prior: the
-// weights of the features a priori free within reason (a factor of 20 over a whole range
-// is one prior standard deviation), the intercept left to the data, the
-// noise about 10%. With few measurements the prior keeps the unmeasured
+// linear regression: the weights of the features a priori small until
+// measured (a factor of e over a whole range is one prior standard
+// deviation), the intercept left to the data, the noise's variance inverse
+// gamma about 10%. With few measurements the prior keeps the unmeasured
 // directions uncertain instead of guessing; the predictive distribution of
 // the log step time is Student's t. Sample draws a whole model (weights and
 // noise) from the posterior, so that the trials of one simulated run share
@@ -44,7 +44,7 @@ type Obs struct {
 const (
 	// weightSD is the prior standard deviation of a feature's weight: the
 	// change of the log step time over the feature's whole range.
-	weightSD = 3.0
+	weightSD = 1.0
 	// noiseSD is the prior guess of the noise (0.1: 10%), held as if seen
 	// in priorDoF measurements.
 	noiseSD  = 0.1
@@ -57,7 +57,7 @@ const (
 type Model struct {
 	f    *features
 	mean *mat.VecDense // posterior mean of the weights (intercept first)
-	cov  *mat.SymDense // posterior covariance of the weights, over the noise variance
+	cov  *mat.SymDense // posterior covariance of the weights
 	a, b float64       // the noise variance's posterior inverse-gamma shape and scale
 	n    int
 }
@@ -90,46 +90,64 @@ func Fit(e *spec.Experiment, obs []Obs) (*Model, error) {
 	}
 	ybar /= float64(len(obs))
 
-	// Prior: w | s2 ~ N(m0, s2 V0), s2 ~ IG(a0, b0), with V0 such that a
-	// weight's prior standard deviation is weightSD when s2 is noiseSD^2.
+	// Prior: w ~ N(m0, L0^-1) with L0 fixed (a weight's standard deviation
+	// is weightSD whatever the noise: the conjugate prior, whose weights
+	// scale with the noise, lets a few disagreeing measurements make every
+	// weight enormous), s2 ~ IG(a0, b0). The posterior is found by fixed
+	// point: the weights' Gaussian posterior given s2, then s2's posterior
+	// scale given the weights' (expected) residuals.
 	m0 := mat.NewVecDense(d, nil)
 	m0.SetVec(0, ybar)
-	v0inv := mat.NewDiagDense(d, nil)
-	v0inv.SetDiag(0, 1/(interceptSD*interceptSD))
+	l0 := make([]float64, d)
+	l0[0] = 1 / (interceptSD * interceptSD)
 	for j := 1; j < d; j++ {
-		v0inv.SetDiag(j, noiseSD*noiseSD/(weightSD*weightSD))
+		l0[j] = 1 / (weightSD * weightSD)
 	}
 	a0 := priorDoF / 2
 	b0 := a0 * noiseSD * noiseSD
-
-	// Posterior: Vn = (V0^-1 + X'X)^-1, mn = Vn (V0^-1 m0 + X'y),
-	// an = a0 + n/2, bn = b0 + (y'y + m0'V0^-1 m0 - mn'Vn^-1 mn)/2.
-	var prec mat.SymDense
-	prec.SymOuterK(1, x.T())
-	for j := range d {
-		prec.SetSym(j, j, prec.At(j, j)+v0inv.At(j, j))
-	}
-	var chol mat.Cholesky
-	if !chol.Factorize(&prec) {
-		return nil, errors.New("step time: the measurements' features are degenerate")
-	}
-	var rhs, t mat.VecDense
-	rhs.MulVec(x.T(), y)
-	t.MulVec(v0inv, m0)
-	rhs.AddVec(&rhs, &t)
-	mn := mat.NewVecDense(d, nil)
-	if err := chol.SolveVecTo(mn, &rhs); err != nil {
-		return nil, fmt.Errorf("step time: %w", err)
-	}
-	cov := mat.NewSymDense(d, nil)
-	if err := chol.InverseTo(cov); err != nil {
-		return nil, fmt.Errorf("step time: %w", err)
-	}
-	var pm mat.VecDense
-	pm.MulVec(&prec, mn)
 	an := a0 + float64(len(obs))/2
-	bn := b0 + (mat.Dot(y, y)+mat.Dot(m0, &t)-mat.Dot(mn, &pm))/2
-	bn = max(bn, b0/4) // rounding must not make it vanish
+	s2 := noiseSD * noiseSD
+	var xtx mat.SymDense
+	xtx.SymOuterK(1, x.T())
+	var xty mat.VecDense
+	xty.MulVec(x.T(), y)
+	mn := mat.NewVecDense(d, nil)
+	cov := mat.NewSymDense(d, nil)
+	var bn float64
+	for range 50 {
+		// Vn = (L0 + X'X/s2)^-1, mn = Vn (L0 m0 + X'y/s2).
+		prec := mat.NewSymDense(d, nil)
+		prec.ScaleSym(1/s2, &xtx)
+		rhs := mat.NewVecDense(d, nil)
+		rhs.ScaleVec(1/s2, &xty)
+		for j := range d {
+			prec.SetSym(j, j, prec.At(j, j)+l0[j])
+			rhs.SetVec(j, rhs.AtVec(j)+l0[j]*m0.AtVec(j))
+		}
+		var chol mat.Cholesky
+		if !chol.Factorize(prec) {
+			return nil, errors.New("step time: the measurements' features are degenerate")
+		}
+		if err := chol.SolveVecTo(mn, rhs); err != nil {
+			return nil, fmt.Errorf("step time: %w", err)
+		}
+		if err := chol.InverseTo(cov); err != nil {
+			return nil, fmt.Errorf("step time: %w", err)
+		}
+		// E[|y - Xw|^2] = |y - X mn|^2 + tr(X'X Vn).
+		var fit mat.VecDense
+		fit.MulVec(x, mn)
+		fit.SubVec(y, &fit)
+		var xv mat.Dense
+		xv.Mul(&xtx, cov)
+		bn = b0 + (mat.Dot(&fit, &fit)+mat.Trace(&xv))/2
+		next := bn / an
+		if math.Abs(next-s2) <= 1e-9*s2 {
+			s2 = next
+			break
+		}
+		s2 = next
+	}
 	return &Model{f: f, mean: mn, cov: cov, a: an, b: bn, n: len(obs)}, nil
 }
 
@@ -151,8 +169,12 @@ func (m *Model) Predict(point map[string]any, res virga.Resources) (Prediction, 
 	x := mat.NewVecDense(len(row), row)
 	var vx mat.VecDense
 	vx.MulVec(m.cov, x)
-	s2 := m.b / m.a * (1 + mat.Dot(x, &vx))
-	return Prediction{Loc: mat.Dot(x, m.mean), Scale: math.Sqrt(s2), DoF: 2 * m.a}, nil
+	// The noise's part is Student's t (its variance is uncertain), the
+	// weights' Gaussian: their sum as one t whose degrees of freedom are
+	// Welch-Satterthwaite's.
+	noise, weights := m.b/m.a, mat.Dot(x, &vx)
+	dof := 2 * m.a * math.Pow((noise+weights)/noise, 2)
+	return Prediction{Loc: mat.Dot(x, m.mean), Scale: math.Sqrt(noise + weights), DoF: dof}, nil
 }
 
 // Quantile is the step time below which the forecast puts probability q.
@@ -172,15 +194,14 @@ type Sample struct {
 	sigma float64
 }
 
-// Sample draws weights and noise from the posterior with r.
+// Sample draws weights and the noise's scale from their posteriors with r.
 func (m *Model) Sample(r *rand.Rand) Sample {
 	d := m.f.dim()
 	// s2 ~ IG(a, b): b / Gamma(a, 1).
 	g := distuv.Gamma{Alpha: m.a, Beta: 1, Src: r}
 	s2 := m.b / max(g.Rand(), 1e-12)
-	// w ~ N(mean, s2 cov).
-	var chol mat.Cholesky
 	w := make([]float64, d)
+	var chol mat.Cholesky
 	if chol.Factorize(m.cov) {
 		var l mat.TriDense
 		chol.LTo(&l)
@@ -191,7 +212,7 @@ func (m *Model) Sample(r *rand.Rand) Sample {
 		var lz mat.VecDense
 		lz.MulVec(&l, z)
 		for j := range d {
-			w[j] = m.mean.AtVec(j) + math.Sqrt(s2)*lz.AtVec(j)
+			w[j] = m.mean.AtVec(j) + lz.AtVec(j)
 		}
 	} else {
 		for j := range d {

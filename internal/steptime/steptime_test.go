@@ -193,3 +193,34 @@ func TestBadMeasurements(t *testing.T) {
 		}
 	}
 }
+
+// TestDisagreeingMeasurementsStayBounded: measurements that disagree (a
+// step time here includes a pause, there not) make the noise large, but
+// must not make every weight large with it: the mean over draws of the
+// step time of a configuration far from the measured ones stays within
+// reach of what was measured.
+func TestDisagreeingMeasurementsStayBounded(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	p := map[string]any{"hidden": int64(16), "batch": int64(32), "lr": 0.01, "act": "relu"}
+	var obs []Obs
+	for _, ms := range []float64{20, 200, 25, 400, 18} {
+		obs = append(obs, Obs{Point: p, Resources: twoCPU, StepTime: time.Duration(ms * float64(time.Millisecond))})
+	}
+	m, err := Fit(space(), obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := map[string]any{"hidden": int64(256), "batch": int64(256), "lr": 0.1, "act": "gelu"}
+	sum := 0.0
+	const n = 2000
+	for range n {
+		st, err := m.Sample(r).StepTime(far, twoCPU)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += st.Seconds()
+	}
+	if mean := sum / n; mean > 100 {
+		t.Errorf("mean step time over draws %.3gs, from measurements of 18-400ms: the weights grew with the noise", mean)
+	}
+}
