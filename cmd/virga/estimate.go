@@ -19,6 +19,7 @@ import (
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/forecast"
 	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/server"
 	"github.com/virga-ml/virga/internal/sim"
@@ -69,7 +70,7 @@ stopping by asha or hyperband is counted with its expected share of the steps.`,
 	f.IntVar(&o.profile, "profile", 0, "run a few configurations that span the space on this machine, this many steps each, to learn the time per step")
 	f.IntVar(&o.configs, "profile-configs", 4, "configurations --profile runs")
 	f.DurationVar(&o.profileFor, "profile-timeout", 10*time.Minute, "longest the --profile run of one group of configurations (max_concurrent at once) may take")
-	f.Float64Var(&o.unmodelled, "unmodelled", defaultUnmodelled, "log standard deviation of the time the model leaves out (contention, the loop's gaps, other load); 0: none")
+	f.Float64Var(&o.unmodelled, "unmodelled", forecast.DefaultUnmodelled, "log standard deviation of the time the model leaves out (contention, the loop's gaps, other load); 0: none")
 	f.DurationVar(&o.checkpoint, "checkpoint-interval", 0, "work between checkpoints; 0: the trial saves at the reclaim warning")
 	return cmd
 }
@@ -138,11 +139,11 @@ func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOp
 		return nil, err
 	}
 	now := time.Now()
-	total := expectedSteps(e, wm.steps)
+	total := forecast.ExpectedSteps(e, wm.steps)
 	work := time.Duration(total * float64(wm.stepTime))
 	rep := estimateReport{Experiment: e.Name, Trials: e.MaxTrials, Steps: wm.steps, StepTime: wm.stepTime, Source: wm.source, Work: work, Slots: e.MaxConcurrent}
 	in := sim.EstimateInput{Work: work, Slots: e.MaxConcurrent, Spot: spot, OnDemand: od, Checkpoint: o.checkpoint, Samples: o.samples, Seed: o.seed, Start: now,
-		Attempts: attemptShares(e, wm.steps, o.seed), Startup: wm.startup, Unmodelled: o.unmodelled}
+		Attempts: forecast.AttemptShares(e, wm.steps, o.seed), Startup: wm.startup, Unmodelled: o.unmodelled}
 	rep.Startup = wm.startup
 	if wm.model != nil {
 		if in.WorkDraws, err = workDraws(e, wm.model, total, max(o.samples, 1), o.seed); err != nil {
@@ -196,12 +197,6 @@ func roundWall(d time.Duration) time.Duration {
 	}
 	return d.Round(time.Minute)
 }
-
-// defaultUnmodelled is the spread of what the forecast leaves out, as
-// measured by bench/estimate on a 2-core machine: the log of actual over
-// forecast wall time of 11 runs of 8 kinds (searchers, examples,
-// billings, concurrency) had a standard deviation of 0.31 and a mean of 0.
-const defaultUnmodelled = 0.3
 
 // designPoints is how many configurations spread over the space stand for
 // the search's trials when a learnt step time is averaged over them.
@@ -362,100 +357,6 @@ func planPools(set *capacity.Set, o estimateOpts) (spot, od *capacity.Pool, err 
 	return spot, od, nil
 }
 
-// expectedSteps returns the steps all trials of e are expected to run when
-// a trial that runs to the end runs steps: every trial to the end, or for
-// the rung stoppers (asha, hyperband) the share successive halving lets
-// through: all trials reach min_resource (by default the searcher's grace
-// period, spec.DefaultMinResource), a 1/eta share of them each further rung.
-func expectedSteps(e *spec.Experiment, steps int64) float64 {
-	n := float64(max(e.MaxTrials, 1))
-	switch e.Searcher.Stopper {
-	case "asha", "hyperband":
-		maxR := e.Searcher.Int("max_resource", steps)
-		r := float64(e.Searcher.Int("min_resource", spec.DefaultMinResource(maxR, e.Searcher.Int("reduction_factor", 3))))
-		big := float64(maxR)
-		eta := e.Searcher.Float("reduction_factor", 3)
-		if r <= 0 || big <= r || eta <= 1 {
-			break
-		}
-		total, share, at := n*r, 1.0, r
-		for at < big {
-			next := math.Min(at*eta, big)
-			share /= eta
-			total += n * share * (next - at)
-			at = next
-		}
-		return total
-	}
-	return n * float64(steps)
-}
-
-// attemptShares returns e's attempts, each as its share of the steps all
-// trials run (expectedSteps), in the order they start: a trial without a
-// rung stopper is one attempt of steps; under asha or hyperband in stop
-// mode a trial runs on until it is stopped at a rung or reaches the end,
-// one attempt each (their lengths in a shuffled order, seeded); in promote
-// mode a trial pauses at each rung and each promotion resumes it as a new
-// attempt, which starts again and is billed again. Counts at each rung are
-// the expected ones, rounded (at least one trial reaches the end).
-func attemptShares(e *spec.Experiment, steps int64, seed uint64) []float64 {
-	n := max(e.MaxTrials, 1)
-	var lens []float64
-	maxR := e.Searcher.Int("max_resource", steps)
-	eta := e.Searcher.Float("reduction_factor", 3)
-	r := float64(e.Searcher.Int("min_resource", spec.DefaultMinResource(maxR, e.Searcher.Int("reduction_factor", 3))))
-	rungs := e.Searcher.Stopper == "asha" || e.Searcher.Stopper == "hyperband"
-	if !rungs || r <= 0 || float64(maxR) <= r || eta <= 1 {
-		for range n {
-			lens = append(lens, float64(steps))
-		}
-	} else {
-		// at[k] is rung k's resource, reach[k] how many trials reach it.
-		at, reach := []float64{r}, []int{n}
-		for share := 1.0; at[len(at)-1] < float64(maxR); {
-			share /= eta
-			at = append(at, math.Min(at[len(at)-1]*eta, float64(maxR)))
-			reach = append(reach, max(int(math.Round(float64(n)*share)), 0))
-		}
-		if reach[len(reach)-1] == 0 {
-			reach[len(reach)-1] = 1
-		}
-		for k := 1; k < len(reach); k++ {
-			reach[k] = min(reach[k], reach[k-1])
-		}
-		if e.Searcher.Text("mode", "stop") == "promote" {
-			for k := range at {
-				from := 0.0
-				if k > 0 {
-					from = at[k-1]
-				}
-				for range reach[k] {
-					lens = append(lens, at[k]-from)
-				}
-			}
-		} else {
-			for k := range at {
-				stopped := reach[k]
-				if k+1 < len(reach) {
-					stopped -= reach[k+1]
-				}
-				for range stopped {
-					lens = append(lens, at[k])
-				}
-			}
-			rand.New(rand.NewPCG(seed, 0x6174746d)).Shuffle(len(lens), func(i, j int) { lens[i], lens[j] = lens[j], lens[i] })
-		}
-	}
-	total := 0.0
-	for _, l := range lens {
-		total += l
-	}
-	for i := range lens {
-		lens[i] /= total
-	}
-	return lens
-}
-
 // work is what an estimate knows of the work: the steps of a trial that
 // runs to the end, and the time per step: given (--step-time), or learnt
 // (model) from profiled configurations and earlier trials, stepTime then
@@ -508,7 +409,7 @@ func (g *globals) workModel(ctx context.Context, file string, data []byte, e *sp
 		}
 	}
 	if w.steps <= 0 {
-		if name, n := stepsConstant(e); n > 0 {
+		if name, n := forecast.StepsConstant(e); n > 0 {
 			w.steps = n
 			from = append(from, "hyperparameter "+name)
 		}
@@ -542,26 +443,6 @@ func (g *globals) workModel(ctx context.Context, file string, data []byte, e *sp
 	}
 	w.model, w.source = m, strings.Join(from, ", ")
 	return w, nil
-}
-
-// stepsConstant is the steps a trial runs when the experiment fixes them as
-// a constant hyperparameter named epochs or steps (as the examples do).
-func stepsConstant(e *spec.Experiment) (string, int64) {
-	for _, name := range []string{"epochs", "steps"} {
-		hp := e.Hyperparameters[name]
-		if hp == nil || hp.Type != spec.HPConst {
-			continue
-		}
-		switch v := hp.Value.(type) {
-		case int64:
-			return name, v
-		case float64:
-			if v == math.Trunc(v) && v > 0 {
-				return name, int64(v)
-			}
-		}
-	}
-	return "", 0
 }
 
 // pastRun is what the latest ended experiment of a name tells of the work:

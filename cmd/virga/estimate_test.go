@@ -2,10 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -222,23 +221,6 @@ func TestRunKeepsEstimate(t *testing.T) {
 	}
 }
 
-// TestExpectedStepsFollowsTheGracePeriod: without min_resource, ASHA's
-// expected work starts from the searcher's default first rung (3 of 27),
-// not from step 1.
-func TestExpectedStepsFollowsTheGracePeriod(t *testing.T) {
-	e := &spec.Experiment{MaxTrials: 9, Searcher: spec.Searcher{Name: "random+asha", Sampler: "random", Stopper: "asha",
-		Settings: map[string]any{"max_resource": int64(27)}}}
-	// 9 trials to 3, 3 of them to 9, 1 to 27: 27 + 18 + 18 steps.
-	if got := expectedSteps(e, 27); math.Abs(got-63) > 1e-9 {
-		t.Errorf("expectedSteps = %v, want 63", got)
-	}
-	e.Searcher.Settings["min_resource"] = int64(1)
-	// 9 to 1, 3 to 3, 1 to 9, 1/3 to 27: 9 + 6 + 6 + 6.
-	if got := expectedSteps(e, 27); math.Abs(got-27) > 1e-9 {
-		t.Errorf("expectedSteps with min_resource 1 = %v, want 27", got)
-	}
-}
-
 // TestPinnedExperiment: a profiled configuration's file has every
 // hyperparameter a constant of the configuration, and nothing else changed.
 func TestPinnedExperiment(t *testing.T) {
@@ -283,34 +265,49 @@ func TestEstimatePrintsShortWalls(t *testing.T) {
 	}
 }
 
-// TestAttemptShares: the attempts an estimate bills one by one: one per
-// trial without a stopper; under ASHA in stop mode one per trial, of the
-// length of the rung it is stopped at; in promote mode one per rung a
-// trial reaches (a promotion resumes it as a new attempt).
-func TestAttemptShares(t *testing.T) {
-	lengths := func(e *spec.Experiment, steps int64) []float64 {
-		sh := attemptShares(e, steps, 1)
-		total := expectedSteps(e, steps)
-		out := make([]float64, len(sh))
-		for i, s := range sh {
-			out[i] = math.Round(s * total)
+// TestShowForecastWhileRunning: while an experiment runs, virga show and
+// the API tell what is left: the share done, the time and money to the
+// end, and the chance of meeting the deadline.
+func TestShowForecastWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	exp := stepExperiment(t, dir, "fc", 4, 2, 30, 100, "deadline: 1h")
+	run := exec.Command(virgaBin, "run", exp)
+	run.Dir = dir
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _, _ = runCLI(t, dir, "stop", "1")
+		_ = run.Wait()
+	})
+	var show string
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		out, _, code := runCLI(t, dir, "show", "1", "--json")
+		if code != 0 {
+			continue
 		}
-		slices.Sort(out)
-		return out
+		var v struct {
+			Experiment struct {
+				Forecast *struct {
+					Done      float64  `json:"done"`
+					Left      int64    `json:"left"`
+					PDeadline *float64 `json:"p_deadline"`
+				} `json:"forecast"`
+			} `json:"experiment"`
+		}
+		if json.Unmarshal([]byte(out), &v) != nil || v.Experiment.Forecast == nil || v.Experiment.Forecast.Done < 0.1 {
+			continue
+		}
+		f := v.Experiment.Forecast
+		// 120 steps of 100 ms, 2 at a time: about 6 s in all.
+		if f.Done >= 1 || f.Left <= 0 || time.Duration(f.Left) > 5*time.Minute || f.PDeadline == nil || *f.PDeadline < 0.9 {
+			t.Fatalf("forecast %+v (P(deadline) %v), want some of the run left, minutes at most, the deadline of an hour likely met", f, f.PDeadline)
+		}
+		show, _, _ = runCLI(t, dir, "show", "1")
+		break
 	}
-	plain := &spec.Experiment{MaxTrials: 3, Searcher: spec.Searcher{Sampler: "random"}}
-	if got := lengths(plain, 10); !slices.Equal(got, []float64{10, 10, 10}) {
-		t.Errorf("random: %v", got)
+	if !strings.Contains(show, "  forecast:   ") || !strings.Contains(show, "to the end") || !strings.Contains(show, "P(deadline)") {
+		t.Fatalf("show while running:\n%s", show)
 	}
-	asha := &spec.Experiment{MaxTrials: 9, Searcher: spec.Searcher{Sampler: "random", Stopper: "asha",
-		Settings: map[string]any{"max_resource": int64(27), "min_resource": int64(3)}}}
-	// 9 trials to 3; 3 of them to 9; 1 to 27: 6 stopped at 3, 2 at 9, 1 at 27.
-	if got := lengths(asha, 27); !slices.Equal(got, []float64{3, 3, 3, 3, 3, 3, 9, 9, 27}) {
-		t.Errorf("asha stop: %v", got)
-	}
-	asha.Searcher.Settings["mode"] = "promote"
-	// 9 attempts of 3, 3 resumptions of 6, 1 of 18.
-	if got := lengths(asha, 27); !slices.Equal(got, []float64{3, 3, 3, 3, 3, 3, 3, 3, 3, 6, 6, 6, 18}) {
-		t.Errorf("asha promote: %v", got)
-	}
+	t.Logf("show while running:\n%s", show)
 }

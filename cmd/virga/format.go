@@ -12,6 +12,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/wire"
+	"github.com/virga-ml/virga/internal/forecast"
 	"github.com/virga-ml/virga/internal/spec"
 )
 
@@ -211,4 +212,25 @@ func countsLine(counts map[virga.TrialState]int) string {
 		return "no trials yet"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// fmtForecast is what is left of a run, in one line: the share done, the
+// time and money to the end (median and 10-90% range), and the chances of
+// the deadline and the budget.
+func fmtForecast(f *forecast.Forecast) string {
+	s := fmt.Sprintf("%.0f%% done; %s to the end (%s-%s)", 100*f.Done,
+		fmtDuration(roundWall(f.Left)), fmtDuration(roundWall(f.LeftP10)), fmtDuration(roundWall(f.LeftP90)))
+	if f.MoreP90 >= 1e-4 { // nothing priced: no money to tell
+		s += fmt.Sprintf(", %s more (%s-%s)", fmtCost(f.More), fmtCost(f.MoreP10), fmtCost(f.MoreP90))
+	}
+	if f.PDeadline != nil {
+		s += fmt.Sprintf("; P(deadline) %.0f%%", 100**f.PDeadline)
+	}
+	if f.PBudget != nil {
+		s += fmt.Sprintf("; P(budget) %.0f%%", 100**f.PBudget)
+	}
+	if f.FromBefore > 0 {
+		s += fmt.Sprintf(" (%.0f%% from the forecast before the run)", 100*f.FromBefore)
+	}
+	return s
 }

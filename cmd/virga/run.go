@@ -23,6 +23,7 @@ import (
 	"github.com/virga-ml/virga/internal/api"
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/api/wire"
+	"github.com/virga-ml/virga/internal/forecast"
 	"github.com/virga-ml/virga/internal/server"
 	"github.com/virga-ml/virga/internal/spec"
 )
@@ -231,6 +232,9 @@ type progress struct {
 	tty    bool
 	seen   map[int64]virga.TrialState
 	best   *float64
+	// forecast is what is left of the run, fetched every few seconds
+	// (terminal mode).
+	forecast *forecast.Forecast
 }
 
 // follow watches an experiment until it ends, drawing the table.
@@ -246,11 +250,20 @@ func follow(ctx context.Context, g *globals, c *client.Client, id int64) (*virga
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		go func() {
+			var asked time.Time
 			for {
 				select {
 				case <-ctx.Done():
 					return
 				case <-tick.C:
+					if time.Since(asked) >= 5*time.Second {
+						asked = time.Now()
+						if v, err := c.Experiment(ctx, id); err == nil {
+							p.mu.Lock()
+							p.forecast = v.Forecast
+							p.mu.Unlock()
+						}
+					}
 					p.mu.Lock()
 					if p.exp.Experiment != nil && final == nil {
 						p.draw(g.stdout)
@@ -357,6 +370,9 @@ func (p *progress) draw(w io.Writer) {
 		line += fmt.Sprintf("  best: trial %d %s=%s", best.ID, p.exp.Objective.Metric, fmtFloat(best.Best))
 	}
 	b.WriteString(line + "\n")
+	if p.forecast != nil && p.exp.State == virga.ExperimentActive {
+		b.WriteString("forecast: " + fmtForecast(p.forecast) + "\n")
+	}
 	out := b.String()
 	if p.lines > 0 {
 		fmt.Fprintf(w, "\x1b[%dA\x1b[J", p.lines)
@@ -446,7 +462,7 @@ func (g *globals) runEstimate(ctx context.Context, c *client.Client, file, capac
 	if capacityFile == "" {
 		return nil, nil
 	}
-	rep, err := g.computeEstimate(ctx, file, estimateOpts{capacity: capacityFile, samples: 200, seed: 1, unmodelled: defaultUnmodelled}, c)
+	rep, err := g.computeEstimate(ctx, file, estimateOpts{capacity: capacityFile, samples: 200, seed: 1, unmodelled: forecast.DefaultUnmodelled}, c)
 	if err != nil {
 		fmt.Fprintf(g.stderr, "no estimate before the run: %v\n", err)
 		return nil, nil

@@ -55,6 +55,9 @@ func newShowCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "  pools:      %s\n", fmtPools(v.Pools))
 			}
 			printEstimateBeside(w, v, evs)
+			if v.Forecast != nil {
+				fmt.Fprintf(w, "  forecast:   %s\n", fmtForecast(v.Forecast))
+			}
 			fmt.Fprintf(w, "  created:    %s\n", fmtTime(v.CreatedAt))
 			if !v.EndedAt.IsZero() {
 				fmt.Fprintf(w, "  ended:      %s (%s)\n", fmtTime(v.EndedAt), fmtDuration(v.EndedAt.Sub(v.CreatedAt)))

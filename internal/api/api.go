@@ -536,6 +536,14 @@ func (s *Server) getExperiment(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
+	if e.State == virga.ExperimentActive {
+		f, err := s.forecast(r.Context(), &v, trials)
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		v.Forecast = f
+	}
 	writeJSON(w, http.StatusOK, v)
 }
 

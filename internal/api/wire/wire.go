@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/virga-ml/virga"
+	"github.com/virga-ml/virga/internal/forecast"
 	"github.com/virga-ml/virga/internal/spec"
 )
 
@@ -47,6 +48,10 @@ type ExperimentView struct {
 	Spend
 	// Pools breaks Spend down by the pool the attempts ran on, by pool name.
 	Pools []PoolSpend `json:"pools,omitempty"`
+	// Forecast is what is left of the run while it is active (and
+	// something can be said): time and money to the end, P(deadline),
+	// P(budget).
+	Forecast *forecast.Forecast `json:"forecast,omitempty"`
 }
 
 // BestView is the body of /api/v1/experiments/{id}/best.
