@@ -104,6 +104,12 @@ func quantiles(d []time.Duration) Quantiles {
 	return Quantiles{percentile(d, 0.50), percentile(d, 0.99), percentile(d, 1)}
 }
 
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		local.ShimThread() // main, and the trial's fork, on the main thread
+	}
+}
+
 func main() {
 	// The local backend runs `<this executable> shim` to supervise each trial,
 	// as `virga run` does with the virga binary.
