@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/client"
 	"github.com/virga-ml/virga/internal/server"
@@ -176,6 +178,9 @@ wait:
 	if err := closeServer(srv); err != nil {
 		return res, fmt.Errorf("closing the server: %w", err)
 	}
+	// Shims kept for reuse end at the close, reaped in the background: their
+	// CPU counts once they are.
+	waitNoChildren(5 * time.Second)
 	if n := len(trials); n > 0 {
 		used := cpuNow().sub(cpu0)
 		res.CPU = &CPUPerTrial{
@@ -195,6 +200,17 @@ type CPUPerTrial struct {
 	ServerMs float64 `json:"server_ms"`
 	ChildMs  float64 `json:"children_ms"`
 	SysShare float64 `json:"system_share"` // of the whole, in the kernel
+}
+
+// waitNoChildren waits up to d for this process to have no child left
+// (ECHILD), live or unreaped.
+func waitNoChildren(d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); errors.Is(err, unix.ECHILD) {
+			return
+		}
+	}
 }
 
 // cpuUse is CPU time consumed so far.

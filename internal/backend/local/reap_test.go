@@ -5,11 +5,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/virga-ml/virga/internal/backend"
 )
 
 // Reaping a shim that ran a trial must cost its parent (the server, which
@@ -74,4 +78,37 @@ func threadCPU(t *testing.T) time.Duration {
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
+}
+
+// A shim whose attempt is over takes the next one: no exec per attempt.
+// Each attempt still gets its own exit status, output log, process group and
+// environment.
+func TestShimReused(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{WarmShims: 1})
+	var shimPIDs []int
+	for i, code := range []int{3, 0, 5, 0} {
+		s := shSpec(t, int64(i+1), `echo "attempt $ATTEMPT pgid $(ps -o pgid= $$ | tr -d ' ')"; exit `+strconv.Itoa(code))
+		s.Env = map[string]string{"ATTEMPT": strconv.Itoa(i + 1)}
+		started := start(t, b, s)
+		ev := expect(t, b, s.AttemptID, backend.Exited)
+		if ev.ExitCode == nil || *ev.ExitCode != code {
+			t.Fatalf("attempt %d: Exited = %+v, want exit code %d", i+1, ev, code)
+		}
+		out := readOutput(t, s.Dir)
+		if want := "attempt " + strconv.Itoa(i+1) + " pgid " + strconv.Itoa(started.PID); !strings.Contains(out, want) {
+			t.Errorf("attempt %d: output.log = %q, want %q (its own environment and process group)", i+1, out, want)
+		}
+		rec, err := readShimRecord(s.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shimPIDs = append(shimPIDs, rec.ShimPID)
+	}
+	// A fresh warm shim may be ready before the last one is back, and is
+	// then handed the next attempt; but with one kept warm, no more than one
+	// shim a Start is launched, and the ones back are taken first.
+	if len(slices.Compact(slices.Sorted(slices.Values(shimPIDs)))) == len(shimPIDs) {
+		t.Errorf("shims %v: no attempt reused a shim", shimPIDs)
+	}
 }
