@@ -57,6 +57,8 @@ type Config struct {
 	// that Start hands the attempt to one through a pipe instead of executing
 	// a shim (which takes milliseconds: a large binary and a Go runtime).
 	// 0 means 2; a negative number means none (every Start executes a shim).
+	// A shim whose attempt is over is kept for the next one while fewer than
+	// twice WarmShims are idle (with none, it exits).
 	WarmShims int
 	// ShimDrain is how long a shim lets the rest of a trial's process group
 	// run on after the trial's own process ended (a wrapper such as `go run`
