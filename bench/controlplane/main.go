@@ -87,6 +87,9 @@ type Result struct {
 	// trial created, attempt started (the process runs), first metric
 	// committed, attempt exited (as the backend saw it).
 	Phases map[string]Quantiles `json:"phases_ms,omitempty"`
+	// CPU (e2e) is the CPU time each trial cost, from the submit to the
+	// server's close.
+	CPU *CPUPerTrial `json:"cpu_per_trial,omitempty"`
 }
 
 // Quantiles are the p50, p99 and max of a duration, in ms.
@@ -99,6 +102,12 @@ type Quantiles struct {
 func quantiles(d []time.Duration) Quantiles {
 	slices.Sort(d)
 	return Quantiles{percentile(d, 0.50), percentile(d, 0.99), percentile(d, 1)}
+}
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		local.ShimThread() // main, and the trial's fork, on the main thread
+	}
 }
 
 func main() {
@@ -292,6 +301,10 @@ func printResult(w io.Writer, r Result) {
 			if q, ok := r.Phases[k]; ok {
 				fmt.Fprintf(w, "%-18s        %-18s p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms\n", "", k, q.P50, q.P99, q.Max)
 			}
+		}
+		if c := r.CPU; c != nil {
+			fmt.Fprintf(w, "%-18s        CPU per trial      %.2f ms: server %.2f ms, shims and trials %.2f ms; %.0f%% system\n",
+				"", c.ServerMs+c.ChildMs, c.ServerMs, c.ChildMs, 100*c.SysShare)
 		}
 	case "api":
 		fmt.Fprintf(w, "%-18s run %d: %d trials in %.2fs = %.1f trials/s (target >= %.0f); %s; errors %d\n",

@@ -67,6 +67,12 @@ type globals struct {
 	stdin     io.Reader
 }
 
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		local.ShimThread() // main, and the trial's fork, on the main thread
+	}
+}
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "shim" {
 		os.Exit(local.ShimMain(os.Args[2:]))

@@ -1,6 +1,7 @@
-// Package local runs attempts as processes on this machine, each under its own
-// `virga shim` supervisor (ShimMain), and adopts the attempts an earlier server
-// left running. It owns the per-attempt bookkeeping files (shim.lock,
+// Package local runs attempts as processes on this machine, each under a
+// `virga shim` supervisor (ShimMain; a shim runs one attempt at a time, and is
+// reused for the next), and adopts the attempts an earlier server left
+// running. It owns the per-attempt bookkeeping files (shim.lock,
 // shim.json, exit.json, output.log) and the machine's resource accounting,
 // split into named pools when configured; a pool may emulate spot capacity
 // (SIGTERM at a reclaim's warning, SIGKILL at the reclaim), as a cloud

@@ -1,13 +1,11 @@
 package local
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -59,6 +57,8 @@ type Config struct {
 	// that Start hands the attempt to one through a pipe instead of executing
 	// a shim (which takes milliseconds: a large binary and a Go runtime).
 	// 0 means 2; a negative number means none (every Start executes a shim).
+	// A shim whose attempt is over is kept for the next one while fewer than
+	// twice WarmShims are idle (with none, it exits).
 	WarmShims int
 	// ShimDrain is how long a shim lets the rest of a trial's process group
 	// run on after the trial's own process ended (a wrapper such as `go run`
@@ -330,9 +330,9 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 	b.mu.Unlock()
 
 	// 2. Hand it to a warm shim, or launch one.
-	cmd, pidR, err := b.launchWarmFor(s)
-	if err == nil && cmd == nil {
-		cmd, pidR, err = b.launch(s)
+	w, err := b.launchWarmFor(s)
+	if err == nil && w == nil {
+		w, err = b.launch(s)
 	}
 	if err != nil {
 		b.mu.Lock()
@@ -343,37 +343,36 @@ func (b *Backend) Start(ctx context.Context, s *backend.StartSpec) error {
 		b.mu.Unlock()
 		return fmt.Errorf("starting attempt %d: %w", s.AttemptID, err)
 	}
-	go b.watchChild(a, cmd, pidR)
+	go b.watchChild(a, w)
 	return nil
 }
 
 // launch starts a shim for s and hands it s as a warm shim is handed an
 // attempt (the spec on stdin: the report token never appears on a command
-// line or in an environment); it returns the shim with the read end of its pid
-// pipe.
-func (b *Backend) launch(s *backend.StartSpec) (*exec.Cmd, *os.File, error) {
+// line or in an environment); it returns the shim.
+func (b *Backend) launch(s *backend.StartSpec) (*warmShim, error) {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("creating the attempt directory: %w", err)
+		return nil, fmt.Errorf("creating the attempt directory: %w", err)
 	}
 	msg, err := b.shimSpecFor(s)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// The shim's own stdout and stderr (messages before it opens the log)
 	// go to the log too; never to a pipe to this server, which may die.
 	logf, err := os.OpenFile(filepath.Join(s.Dir, OutputFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening the output log: %w", err)
+		return nil, fmt.Errorf("opening the output log: %w", err)
 	}
 	defer logf.Close()
 	w, err := b.startShim(s.Dir, logf)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := w.hand(msg); err != nil {
-		return nil, nil, fmt.Errorf("handing the attempt to the shim: %w", err)
+		return nil, fmt.Errorf("handing the attempt to the shim: %w", err)
 	}
-	return w.cmd, w.pidR, nil
+	return w, nil
 }
 
 // trialEnv is the trial's environment: this process's, then s.Env.
@@ -385,20 +384,34 @@ func trialEnv(s *backend.StartSpec) []string {
 	return env
 }
 
-// watchChild follows a shim this backend launched: Started when the trial's
-// pid arrives on the pipe (timed when the shim started the trial, not when
-// the pipe was read: a short trial may have ended by then), Exited when the
-// shim ends. After Close it still reaps the shim but emits nothing.
-func (b *Backend) watchChild(a *attempt, cmd *exec.Cmd, pidR *os.File) {
-	line, _ := bufio.NewReaderSize(pidR, 64).ReadString('\n')
-	pidR.Close()
+// watchChild follows the attempt a shim this backend launched runs: Started
+// when the trial's pid arrives on the pipe (timed when the shim started the
+// trial, not when the pipe was read: a short trial may have ended by then),
+// Exited when the shim says the attempt is over (it recorded the end and
+// released the attempt's lock; the shim is then reused) or ends. After
+// Close it still reaps the shim but emits nothing.
+func (b *Backend) watchChild(a *attempt, w *warmShim) {
+	line, err := w.lines.ReadString('\n')
 	if pid, at, ok := parsePIDLine(line); ok {
 		t := b.now()
 		if !at.IsZero() {
 			t = b.observed(at)
 		}
 		b.started(a, pid, t)
+		line, err = w.lines.ReadString('\n')
 	}
+	if err == nil && line == endLine {
+		if rec, err := readExitRecord(a.dir); err == nil {
+			b.finish(a, b.exitEvent(a.id, rec))
+			b.reuse(w)
+			return
+		}
+	}
+	// The shim ended (or said the attempt is over without a record of its
+	// end: then it is sent away, and its status tells).
+	cmd := w.cmd
+	w.specW.Close()
+	w.pidR.Close()
 	_ = cmd.Wait() // the status is in ProcessState
 	ev := b.shimExitEvent(a, cmd.ProcessState)
 	if _, err := os.Stat(filepath.Join(a.dir, ExitFile)); errors.Is(err, fs.ErrNotExist) {

@@ -17,6 +17,12 @@ import (
 // shimEnv makes the test binary act as `virga shim` when it is re-executed.
 const shimEnv = "VIRGA_TEST_SHIM"
 
+func init() {
+	if os.Getenv(shimEnv) == "1" {
+		ShimThread()
+	}
+}
+
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "gang" {
 		// The gang launcher (Config.GangCommand), started by a shim.

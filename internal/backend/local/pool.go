@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,14 +11,17 @@ import (
 	"github.com/virga-ml/virga/internal/backend"
 )
 
-// warmShim is an idle shim, already executed and initialised, waiting on its
-// stdin for the attempt to run (ShimMain's --spec-stdin). Handing it an
-// attempt takes one pipe write instead of an exec, which keeps the shim's
-// start-up off Start's path.
+// warmShim is a shim, already executed and initialised, waiting on its
+// stdin for the attempts to run (ShimMain's --spec-stdin --reuse). Handing
+// it an attempt takes one pipe write instead of an exec, which keeps the
+// shim's start-up off Start's path; and once the attempt is over the shim
+// can take the next one, which spares an exec and a Go runtime's start per
+// attempt (most of a shim's CPU).
 type warmShim struct {
 	cmd   *exec.Cmd
-	specW *os.File // the shim's stdin
-	pidR  *os.File // the shim's fd 3
+	specW *os.File      // the shim's stdin
+	pidR  *os.File      // the shim's fd 3
+	lines *bufio.Reader // of pidR: a pid line when a trial starts, endLine when an attempt is over
 }
 
 // launchWarm starts one idle shim. It runs in a session of its own from the
@@ -39,7 +43,7 @@ func (b *Backend) startShim(dir string, out *os.File) (*warmShim, error) {
 		return nil, fmt.Errorf("creating a shim's pid pipe: %w", err)
 	}
 	defer pidW.Close()
-	args := append(append([]string(nil), b.shim[1:]...), "--spec-stdin", "--pid-fd", "3")
+	args := append(append([]string(nil), b.shim[1:]...), "--spec-stdin", "--reuse", "--pid-fd", "3")
 	cmd := exec.Command(b.shim[0], args...)
 	cmd.Dir = dir
 	cmd.Stdin = specR
@@ -53,19 +57,33 @@ func (b *Backend) startShim(dir string, out *os.File) (*warmShim, error) {
 		pidR.Close()
 		return nil, fmt.Errorf("launching a shim %s: %w", b.shim[0], err)
 	}
-	return &warmShim{cmd: cmd, specW: specW, pidR: pidR}, nil
+	return &warmShim{cmd: cmd, specW: specW, pidR: pidR, lines: bufio.NewReaderSize(pidR, 64)}, nil
 }
 
-// hand writes the attempt to the shim's stdin and closes it. On failure (the
-// shim died: EPIPE) the shim is reaped in the background.
+// hand writes the attempt to the shim's stdin. On failure (the shim died:
+// EPIPE) the shim is reaped in the background.
 func (w *warmShim) hand(msg []byte) error {
 	_, err := w.specW.Write(msg)
-	w.specW.Close()
 	if err != nil {
-		w.pidR.Close()
-		go w.cmd.Wait() //nolint:errcheck
+		w.release()
 	}
 	return err
+}
+
+// reuse puts a shim whose attempt is over back with the idle ones, or sends
+// it away if there are enough (or the backend is closed). Up to twice
+// Config.WarmShims are kept: the refill loop tops the idle shims up as soon
+// as one is handed an attempt, so a cap of WarmShims would send most shims
+// away at the end of their attempt.
+func (b *Backend) reuse(w *warmShim) {
+	b.mu.Lock()
+	if b.closed || len(b.idle) >= 2*b.warm {
+		b.mu.Unlock()
+		w.release()
+		return
+	}
+	b.idle = append(b.idle, w)
+	b.mu.Unlock()
 }
 
 // shimSpecFor is the JSON a shim is handed for s.
@@ -80,7 +98,7 @@ func (b *Backend) shimSpecFor(s *backend.StartSpec) ([]byte, error) {
 	return msg, nil
 }
 
-// release sends an idle shim away unused and reaps it in the background.
+// release sends an idle shim away and reaps it in the background.
 func (w *warmShim) release() {
 	w.specW.Close()
 	w.pidR.Close()
@@ -132,33 +150,33 @@ func (b *Backend) askRefill() {
 
 // launchWarmFor hands s to an idle shim; it returns nil if none is ready (or
 // the ones there died idle), and the caller launches a cold one.
-func (b *Backend) launchWarmFor(s *backend.StartSpec) (*exec.Cmd, *os.File, error) {
+func (b *Backend) launchWarmFor(s *backend.StartSpec) (*warmShim, error) {
 	defer b.askRefill()
 	var msg []byte
 	for {
 		b.mu.Lock()
 		if len(b.idle) == 0 {
 			b.mu.Unlock()
-			return nil, nil, nil
+			return nil, nil
 		}
-		w := b.idle[0]
-		b.idle = b.idle[1:]
+		w := b.idle[len(b.idle)-1] // the last one back: its pages are likelier in memory
+		b.idle = b.idle[:len(b.idle)-1]
 		b.mu.Unlock()
 
 		if msg == nil {
 			if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 				w.release()
-				return nil, nil, fmt.Errorf("creating the attempt directory: %w", err)
+				return nil, fmt.Errorf("creating the attempt directory: %w", err)
 			}
 			var err error
 			if msg, err = b.shimSpecFor(s); err != nil {
 				w.release()
-				return nil, nil, err
+				return nil, err
 			}
 		}
 		if err := w.hand(msg); err != nil { // it died while idle (EPIPE): try the next
 			continue
 		}
-		return w.cmd, w.pidR, nil
+		return w, nil
 	}
 }

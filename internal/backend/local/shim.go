@@ -61,6 +61,8 @@ type shimOptions struct {
 	stdoutWait   time.Duration // how long stdout is read after the group is gone
 	argv         []string
 	specStdin    bool
+	reuse        bool     // after an attempt, report its end and wait for the next
+	pidOut       *os.File // --pid-fd, opened once for all the attempts
 	env          []string // the trial's environment; nil: the shim's own
 	token        string   // the report token (from the spec on stdin only)
 }
@@ -99,6 +101,9 @@ type shimSpec struct {
 //	                        overrides --drain) instead of --dir, --workdir,
 //	                        --report-url and ARGV; EOF before it means "not needed" and
 //	                        the shim exits ShimExitOK having done nothing
+//	--reuse                 with --spec-stdin: once an attempt ran and exit.json is written
+//	                        (and its lock released), write "end" and a newline to --pid-fd
+//	                        (kept open) and wait on stdin for the next attempt, until EOF
 //
 // The report token comes only with the spec on stdin (never on the command
 // line, which any user can read); reports of a shim started with --dir carry
@@ -131,37 +136,82 @@ func ShimMain(args []string) int {
 	fs.DurationVar(&o.flushTimeout, "flush-timeout", 10*time.Second, "how long pending reports may take after the trial ends")
 	fs.DurationVar(&o.drain, "drain", DefaultShimDrain, "how long the trial's process group may run on after the trial's process ended")
 	fs.BoolVar(&o.specStdin, "spec-stdin", false, "wait for the attempt as JSON on stdin")
+	fs.BoolVar(&o.reuse, "reuse", false, "with --spec-stdin: after an attempt, write \"end\" to --pid-fd and wait for the next")
 	if err := fs.Parse(args); err != nil {
 		return ShimExitUsage
 	}
 	o.argv = fs.Args()
-	if o.specStdin {
-		if o.dir != "" || o.workdir != "" || o.reportURL != "" || len(o.argv) > 0 {
-			fmt.Fprintln(os.Stderr, "virga shim: --spec-stdin takes the attempt from stdin, not from --dir, --workdir, --report-url or arguments")
-			return ShimExitUsage
+	if o.reuse && !o.specStdin {
+		fmt.Fprintln(os.Stderr, "virga shim: --reuse needs --spec-stdin")
+		return ShimExitUsage
+	}
+	if o.pidFD >= 0 && o.pidFD <= 2 {
+		fmt.Fprintf(os.Stderr, "virga shim: --pid-fd %d: must be 3 or more\n", o.pidFD)
+		return ShimExitUsage
+	}
+	if o.pidFD >= 0 {
+		syscall.CloseOnExec(o.pidFD) // the trial must not inherit it
+		o.pidOut = os.NewFile(uintptr(o.pidFD), "pid-fd")
+		defer o.pidOut.Close()
+	}
+	if !o.specStdin {
+		return checkAndRun(&o)
+	}
+	if o.dir != "" || o.workdir != "" || o.reportURL != "" || len(o.argv) > 0 {
+		fmt.Fprintln(os.Stderr, "virga shim: --spec-stdin takes the attempt from stdin, not from --dir, --workdir, --report-url or arguments")
+		return ShimExitUsage
+	}
+	in := os.Stdin
+	if o.reuse {
+		// adoptStdio points fd 0 at /dev/null: the next attempts come
+		// through a copy of it (close-on-exec: no trial inherits it).
+		fd, err := unix.FcntlInt(0, unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "virga shim: keeping stdin: %v\n", err)
+			return ShimExitFailed
 		}
-		spec, err := readSpec(os.Stdin)
+		in = os.NewFile(uintptr(fd), "spec")
+		defer in.Close()
+	}
+	dec := json.NewDecoder(in)
+	code := ShimExitOK
+	for {
+		spec, err := decodeSpec(dec)
 		if errors.Is(err, io.EOF) {
-			return ShimExitOK // released from the pool unused
+			return code // released from the pool (unused, or after its attempts)
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "virga shim: %v\n", err)
 			return ShimExitUsage
 		}
-		o.dir, o.workdir, o.reportURL, o.token, o.env, o.argv = spec.Dir, spec.Workdir, spec.ReportURL, spec.Token, spec.Env, spec.Argv
-		if o.env == nil {
-			o.env = []string{}
+		a := o
+		a.dir, a.workdir, a.reportURL, a.token, a.env, a.argv = spec.Dir, spec.Workdir, spec.ReportURL, spec.Token, spec.Env, spec.Argv
+		if a.env == nil {
+			a.env = []string{}
 		}
 		if spec.Drain != nil {
-			o.drain = *spec.Drain
+			a.drain = *spec.Drain
 		}
-		if o.dir != "" {
-			if err := adoptStdio(o.dir); err != nil {
+		if a.dir != "" {
+			if err := adoptStdio(a.dir); err != nil {
 				fmt.Fprintf(os.Stderr, "virga shim: %v\n", err)
 				return ShimExitFailed
 			}
 		}
+		if code = checkAndRun(&a); code != ShimExitOK || !o.reuse {
+			return code
+		}
+		if o.pidOut != nil {
+			_, _ = o.pidOut.WriteString(endLine) // the reader may be gone: then stdin ends too
+		}
 	}
+}
+
+// endLine is what a --reuse shim writes to --pid-fd when an attempt is over.
+const endLine = "end\n"
+
+// checkAndRun checks the attempt's options and runs it.
+func checkAndRun(o *shimOptions) int {
 	switch {
 	case o.dir == "":
 		fmt.Fprintln(os.Stderr, "virga shim: --dir is required")
@@ -169,14 +219,18 @@ func ShimMain(args []string) int {
 	case len(o.argv) == 0:
 		fmt.Fprintln(os.Stderr, "virga shim: no trial command after --")
 		return ShimExitUsage
-	case o.pidFD >= 0 && o.pidFD <= 2:
-		fmt.Fprintf(os.Stderr, "virga shim: --pid-fd %d: must be 3 or more\n", o.pidFD)
-		return ShimExitUsage
 	}
 	o.drain = max(o.drain, 0)
 	o.stdoutWait = 5 * time.Second
-	return runShim(&o)
+	return runShim(o)
 }
+
+// ShimThread keeps the calling goroutine on its thread. Called from an init
+// function of a program that is about to run ShimMain, it makes main (and so
+// the trial's fork) run on the process's main thread: the shim then reads
+// one children list of its own instead of two (see shimChildren), which
+// makes the shim cheaper to reap. ShimMain is correct without it.
+func ShimThread() { runtime.LockOSThread() }
 
 // shimLog serialises the shim's writes to output.log (the trial's stderr goes
 // there directly, with O_APPEND).
@@ -199,13 +253,9 @@ func runShim(o *shimOptions) int {
 	// The trial's Pdeathsig fires when the thread that forked it exits, so
 	// this goroutine keeps its thread for the shim's whole life.
 	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 
-	var pidOut *os.File
-	if o.pidFD >= 0 {
-		syscall.CloseOnExec(o.pidFD) // the trial must not inherit it
-		pidOut = os.NewFile(uintptr(o.pidFD), "pid-fd")
-		defer pidOut.Close()
-	}
+	pidOut := o.pidOut
 
 	// 1. A session of our own, so that a terminal's signals never reach us.
 	// It fails only if we already lead a process group (e.g. started with
@@ -256,18 +306,13 @@ func runShim(o *shimOptions) int {
 
 	// Caught (not ignored: an ignored disposition would be inherited by the
 	// trial) and dropped.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	go func() {
-		for range sigs {
-		}
-	}()
+	dropSignals()
 
 	// Orphaned descendants of the trial become our children (so that we can
 	// wait for them to end, and reap them) rather than init's.
-	subreaper := true
+	subreaper := reaper{subreaper: true, forker: unix.Gettid()} // this thread starts the trial (locked above)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		subreaper = false
+		subreaper.subreaper = false
 		log.printf("warning: PR_SET_CHILD_SUBREAPER: %v (the trial's orphans are not waited for)", err)
 	}
 	chld := make(chan os.Signal, 1)
@@ -308,8 +353,9 @@ func runShim(o *shimOptions) int {
 	if pidOut != nil {
 		// The reader may be gone; shim.json has both too.
 		_, _ = fmt.Fprintf(pidOut, "%d %d\n", pid, startedAt.UnixNano())
-		pidOut.Close()
-		pidOut = nil
+		if !o.reuse {
+			pidOut.Close()
+		}
 	}
 	srec := shimRecord{ShimPID: os.Getpid(), TrialPID: pid, StartedAt: startedAt}
 	if st, err := readProcStat(pid); err == nil { // not reaped yet: it exists
@@ -398,6 +444,12 @@ func runShim(o *shimOptions) int {
 	return ShimExitOK
 }
 
+// reaper is what scanChildren needs to know of the shim.
+type reaper struct {
+	subreaper bool // PR_SET_CHILD_SUBREAPER took effect
+	forker    int  // the thread (tid) that started the trial
+}
+
 // scanChildren reaps the shim's exited children other than trial (the
 // trial's orphaned descendants, reparented to the shim), and reports whether
 // any process but trial is alive in trial's process group. trial 0 means
@@ -410,10 +462,10 @@ func runShim(o *shimOptions) int {
 // process of the subtree instead of one per process on the machine, at
 // every SIGCHLD. Without a subreaper (orphans go to init), or a kernel that
 // does not list children (CONFIG_PROC_CHILDREN), it reads all of /proc.
-func scanChildren(trial int, subreaper bool) (groupLive bool) {
+func scanChildren(trial int, r reaper) (groupLive bool) {
 	self := os.Getpid()
-	if subreaper {
-		if kids, ok := childrenOf(self); ok {
+	if r.subreaper {
+		if kids, ok := shimChildren(self, r.forker); ok {
 			return scanSubtree(self, trial, kids)
 		}
 	}
@@ -469,7 +521,7 @@ func scanSubtree(self, trial int, kids []int) (groupLive bool) {
 // trial (it wrote stopFile with the time of its SIGKILL), the rest of the
 // group gets until then instead: a trainer under a wrapper keeps its whole
 // stop grace to checkpoint.
-func drainGroup(trial int, d time.Duration, stopFile string, subreaper bool) bool {
+func drainGroup(trial int, d time.Duration, stopFile string, subreaper reaper) bool {
 	deadline := time.Now().Add(d)
 	wait := 2 * time.Millisecond
 	for {
@@ -502,10 +554,22 @@ func readStopFile(path string) (time.Time, bool) {
 	return time.Unix(0, ns), true
 }
 
-// readSpec reads a warm shim's attempt from r: io.EOF if r ends first.
-func readSpec(r io.Reader) (*shimSpec, error) {
+// dropSignals catches SIGTERM, SIGINT and SIGHUP for the shim's whole life
+// and drops them.
+var dropSignals = sync.OnceFunc(func() {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		for range sigs {
+		}
+	}()
+})
+
+// decodeSpec reads a warm shim's next attempt: io.EOF if its input ends
+// first.
+func decodeSpec(dec *json.Decoder) (*shimSpec, error) {
 	var spec shimSpec
-	if err := json.NewDecoder(r).Decode(&spec); err != nil {
+	if err := dec.Decode(&spec); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, io.EOF
 		}
