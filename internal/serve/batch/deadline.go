@@ -76,8 +76,9 @@ type Deadline struct {
 	// Tradeoff weighs, when the queue holds half a full batch or more, the
 	// time a plan keeps the instance busy against the requests it gives
 	// up: a plan that drops one more request is chosen if it frees the
-	// instance sooner by more than an efficient batch's time per row
-	// divided by Tradeoff. 0 means the default, 0.5; below 0, drop as few as possible.
+	// instance sooner by more than an efficient batch's time per row,
+	// times the queue's mean rows a request, divided by Tradeoff. 0 means
+	// the default, 0.5; below 0, drop as few as possible.
 	Tradeoff float64
 	// Expect is how many of the next arrivals the plan expects, at the
 	// recent arrival rate, each with the objective of the newest request
@@ -191,8 +192,10 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 	}
 	if queued := rowsIn(queue, cands); tradeoff > 0 && 2*queued >= maxRows {
 		// A backlog (half a full batch or more): time is worth requests,
-		// what the freed instance could serve in it at full batches.
-		worth := tradeoff * float64(eff) / float64(table[eff])
+		// what the freed instance could serve in it at full batches, of
+		// the queue's mean rows a request (requests of 1,024 rows counted
+		// as one row each made every plan give up all but one of them).
+		worth := tradeoff * float64(eff) / float64(table[eff]) * float64(len(cands)) / float64(queued)
 		score := func(e planEntry) float64 { return float64(e.drops) + worth*float64(e.finish) }
 		for _, e := range front[1:] {
 			if e.lo >= 0 && score(e) < score(best) {
