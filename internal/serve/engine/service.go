@@ -245,20 +245,10 @@ func (e *Engine) infer(ctx context.Context, r *serve.Request) (*serve.Response, 
 		inputs: inputs,
 		res:    make(chan result, 1),
 	}
-	if !ent.disp.submit(c) {
+	res, ok := ent.disp.infer(c)
+	if !ok {
 		e.release(ent)
 		return nil, fmt.Errorf("%w: model %s was unloaded", serve.ErrUnavailable, k)
-	}
-	var res result
-	select {
-	case res = <-c.res:
-	case <-ctx.Done():
-		ent.disp.withdraw(c)
-		// A queued call is answered at once, one in a running batch when
-		// the batch ends: when Infer returns, the engine reads the
-		// request's inputs no more, so a caller may reuse their memory.
-		<-c.res
-		return nil, ctx.Err()
 	}
 	if res.err != nil {
 		return nil, res.err
