@@ -92,6 +92,9 @@ type Deadline struct {
 	seen      int                      // arrivals recorded in the ring
 	lastSeen  time.Time                // the newest arrival recorded
 	objective time.Duration            // the newest arrival's deadline after its arrival
+
+	table []time.Duration // scratch: the latency table of a profile that keeps none
+	jobs  []job           // scratch: the plan's jobs
 }
 
 // arrivalWindow is the arrivals the rate is estimated over.
@@ -176,13 +179,13 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 	}
 	top := cands[:min(level, horizon)]
 
-	jobs := make([]job, len(top), len(top)+maxRows)
+	jobs := slices.Grow(dl.jobs[:0], len(top)+maxRows)[:len(top)]
+	defer func() { dl.jobs = jobs[:0] }()
 	for k, i := range top {
 		jobs[k] = job{deadline: int64(queue[i].Deadline.Sub(now)), rows: rowsOf(queue[i])}
 	}
 	known := len(jobs)
-	table := latencyTable(p)
-	eff := efficientRows(table)
+	table, eff := dl.latencies(p)
 	jobs = dl.expected(now, newest, jobs, maxRows, table[eff]/time.Duration(eff))
 	front := plan(jobs, 0, func(rows int) int64 { return int64(table[rows]) }, maxRows, planWidth)
 	best := front[0]
@@ -290,6 +293,28 @@ func (dl *Deadline) expected(now time.Time, newest Item, jobs []job, maxRows int
 	}
 	return jobs
 }
+
+// latencies returns p's latency at every batch size (index 0 unused) and
+// its efficient batch size: p's own table when it keeps one, else one
+// filled in the policy's scratch space.
+func (dl *Deadline) latencies(p Profile) ([]time.Duration, int) {
+	if t, ok := p.(Tabled); ok {
+		return t.LatencyTable()
+	}
+	n := p.MaxRows()
+	table := slices.Grow(dl.table[:0], n+1)[:n+1]
+	table[0] = 0
+	for r := 1; r <= n; r++ {
+		table[r] = p.Latency(r)
+	}
+	dl.table = table
+	return table, efficientRows(table)
+}
+
+// EfficientRows returns the batch size of table (a latency at each batch
+// size, index 0 unused) that runs the most rows per second, the largest
+// of equals.
+func EfficientRows(table []time.Duration) int { return efficientRows(table) }
 
 // efficientRows returns the batch size that runs the most rows per second
 // (the largest of equals): a full batch where batching pays, fewer where a
