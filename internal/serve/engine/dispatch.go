@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/virga-ml/virga/internal/serve"
 	"github.com/virga-ml/virga/internal/serve/batch"
 	"github.com/virga-ml/virga/internal/serve/runtime"
@@ -55,6 +57,11 @@ type dispatcher struct {
 	profile *adaptive // what the policy decides with: the load-time profile, corrected by the batches run
 	batched bool      // the model takes rows along its first dimension
 
+	// The model's metrics, looked up once (a label lookup a request and
+	// three a batch were 1.5% of the engine's CPU at saturation).
+	queueSeconds, computeSeconds, batchRows prometheus.Observer
+	misses                                  prometheus.Counter
+
 	// bufs holds the input buffers of batches that ended (a *[]any, one
 	// slice per input): the next batch joins its requests' inputs into
 	// them instead of allocating.
@@ -72,13 +79,18 @@ type dispatcher struct {
 }
 
 func newDispatcher(e *Engine, ent *entry, p batch.Policy) *dispatcher {
+	name := ent.key.name
 	return &dispatcher{
-		e:       e,
-		ent:     ent,
-		policy:  p,
-		profile: newAdaptive(ent.profile),
-		batched: ent.model.MaxBatch() > 0,
-		drained: make(chan struct{}),
+		e:              e,
+		ent:            ent,
+		policy:         p,
+		profile:        newAdaptive(ent.profile),
+		batched:        ent.model.MaxBatch() > 0,
+		drained:        make(chan struct{}),
+		queueSeconds:   e.metrics.queue.WithLabelValues(name),
+		computeSeconds: e.metrics.compute.WithLabelValues(name),
+		batchRows:      e.metrics.batchRows.WithLabelValues(name),
+		misses:         e.metrics.misses.WithLabelValues(name),
 	}
 }
 
@@ -322,10 +334,9 @@ func (d *dispatcher) decide(fx *effects) {
 // dimension, the outputs split back; then, the batch counted as ended, the
 // policy decides again and the calls are answered.
 func (d *dispatcher) run(r *run) {
-	name := d.ent.key.name
 	start := d.e.clock.Now()
 	for _, c := range r.calls {
-		d.e.metrics.queue.WithLabelValues(name).Observe(start.Sub(c.item.Arrived).Seconds())
+		d.queueSeconds.Observe(start.Sub(c.item.Arrived).Seconds())
 	}
 	outs, err := d.compute(r.calls, r.rows)
 	end := d.e.clock.Now()
@@ -333,13 +344,13 @@ func (d *dispatcher) run(r *run) {
 	for _, c := range r.calls {
 		if end.After(c.item.Deadline) {
 			late++
-			d.e.metrics.misses.WithLabelValues(name).Inc()
+			d.misses.Inc()
 		}
 	}
 	// The batch's metrics are recorded before its requests are answered,
 	// so a caller that scrapes after its answer sees its batch.
-	d.e.metrics.compute.WithLabelValues(name).Observe(end.Sub(start).Seconds())
-	d.e.metrics.batchRows.WithLabelValues(name).Observe(float64(r.rows))
+	d.computeSeconds.Observe(end.Sub(start).Seconds())
+	d.batchRows.Observe(float64(r.rows))
 	// The batch counts as ended before its requests release the model, so
 	// a model with no reference left has no batch a stop waits for.
 	var fx effects
