@@ -23,6 +23,18 @@ type Profile interface {
 	MaxRows() int
 }
 
+// Tabled is a Profile that keeps its latencies in a table. The deadline
+// policy plans with every batch size's latency: a profile that tables them
+// spares it asking each one at every decision.
+type Tabled interface {
+	Profile
+	// LatencyTable returns Latency(r) at index r, for r from 1 to
+	// MaxRows() (index 0 unused), and EfficientRows of that table. The
+	// caller must not modify the table, and uses it only until the
+	// profile changes.
+	LatencyTable() (table []time.Duration, efficient int)
+}
+
 // Decision is what a policy says to do now with a queue.
 type Decision struct {
 	// Refuse lists queue positions to answer at once with a refusal

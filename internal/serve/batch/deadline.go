@@ -76,8 +76,9 @@ type Deadline struct {
 	// Tradeoff weighs, when the queue holds half a full batch or more, the
 	// time a plan keeps the instance busy against the requests it gives
 	// up: a plan that drops one more request is chosen if it frees the
-	// instance sooner by more than an efficient batch's time per row
-	// divided by Tradeoff. 0 means the default, 0.5; below 0, drop as few as possible.
+	// instance sooner by more than an efficient batch's time per row,
+	// times the queue's mean rows a request, divided by Tradeoff. 0 means
+	// the default, 0.5; below 0, drop as few as possible.
 	Tradeoff float64
 	// Expect is how many of the next arrivals the plan expects, at the
 	// recent arrival rate, each with the objective of the newest request
@@ -91,6 +92,9 @@ type Deadline struct {
 	seen      int                      // arrivals recorded in the ring
 	lastSeen  time.Time                // the newest arrival recorded
 	objective time.Duration            // the newest arrival's deadline after its arrival
+
+	table []time.Duration // scratch: the latency table of a profile that keeps none
+	jobs  []job           // scratch: the plan's jobs
 }
 
 // arrivalWindow is the arrivals the rate is estimated over.
@@ -175,13 +179,13 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 	}
 	top := cands[:min(level, horizon)]
 
-	jobs := make([]job, len(top), len(top)+maxRows)
+	jobs := slices.Grow(dl.jobs[:0], len(top)+maxRows)[:len(top)]
+	defer func() { dl.jobs = jobs[:0] }()
 	for k, i := range top {
 		jobs[k] = job{deadline: int64(queue[i].Deadline.Sub(now)), rows: rowsOf(queue[i])}
 	}
 	known := len(jobs)
-	table := latencyTable(p)
-	eff := efficientRows(table)
+	table, eff := dl.latencies(p)
 	jobs = dl.expected(now, newest, jobs, maxRows, table[eff]/time.Duration(eff))
 	front := plan(jobs, 0, func(rows int) int64 { return int64(table[rows]) }, maxRows, planWidth)
 	best := front[0]
@@ -191,8 +195,10 @@ func (dl *Deadline) Decide(now time.Time, queue []Item, idle int, p Profile) Dec
 	}
 	if queued := rowsIn(queue, cands); tradeoff > 0 && 2*queued >= maxRows {
 		// A backlog (half a full batch or more): time is worth requests,
-		// what the freed instance could serve in it at full batches.
-		worth := tradeoff * float64(eff) / float64(table[eff])
+		// what the freed instance could serve in it at full batches, of
+		// the queue's mean rows a request (requests of 1,024 rows counted
+		// as one row each made every plan give up all but one of them).
+		worth := tradeoff * float64(eff) / float64(table[eff]) * float64(len(cands)) / float64(queued)
 		score := func(e planEntry) float64 { return float64(e.drops) + worth*float64(e.finish) }
 		for _, e := range front[1:] {
 			if e.lo >= 0 && score(e) < score(best) {
@@ -287,6 +293,28 @@ func (dl *Deadline) expected(now time.Time, newest Item, jobs []job, maxRows int
 	}
 	return jobs
 }
+
+// latencies returns p's latency at every batch size (index 0 unused) and
+// its efficient batch size: p's own table when it keeps one, else one
+// filled in the policy's scratch space.
+func (dl *Deadline) latencies(p Profile) ([]time.Duration, int) {
+	if t, ok := p.(Tabled); ok {
+		return t.LatencyTable()
+	}
+	n := p.MaxRows()
+	table := slices.Grow(dl.table[:0], n+1)[:n+1]
+	table[0] = 0
+	for r := 1; r <= n; r++ {
+		table[r] = p.Latency(r)
+	}
+	dl.table = table
+	return table, efficientRows(table)
+}
+
+// EfficientRows returns the batch size of table (a latency at each batch
+// size, index 0 unused) that runs the most rows per second, the largest
+// of equals.
+func EfficientRows(table []time.Duration) int { return efficientRows(table) }
 
 // efficientRows returns the batch size that runs the most rows per second
 // (the largest of equals): a full batch where batching pays, fewer where a

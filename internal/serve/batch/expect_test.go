@@ -86,3 +86,36 @@ func TestExpectedArrivalsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineGivesUpNoLargeRequestWithTimeToSpare: eight clients sending
+// requests of a full batch (1,024 rows), each due 100 batches after it
+// arrives: nothing needs giving up. The backlog's tradeoff counted the
+// time a request of 1,024 rows takes as worth 512 one-row requests, so
+// every plan gave up the older requests for the time it freed (and ran the
+// newest, or nothing for the arrivals it expected): they stayed queued until
+// they expired and were refused (10 s later in bench/serve's overhead runs).
+func TestDeadlineGivesUpNoLargeRequestWithTimeToSpare(t *testing.T) {
+	p := Linear{Base: 5 * time.Microsecond, PerRow: 200 * time.Nanosecond, Max: 1024}
+	var reqs []Item
+	at := t0
+	objective := 100 * p.Latency(1024)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 3000 {
+		// Poisson arrivals at 95% of capacity.
+		at = at.Add(time.Duration(rng.ExpFloat64() * float64(p.Latency(1024)) / 0.95))
+		reqs = append(reqs, Item{Arrived: at, Deadline: at.Add(objective), Rows: 1024})
+	}
+	res, err := Simulate(reqs, p, &Deadline{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OnTime != len(reqs) {
+		t.Errorf("%d of %d requests on time (%d refused, %d late), want all", res.OnTime, len(reqs), res.Refused, res.Late)
+	}
+	for i, q := range [][]Item{reqs[:8], reqs[:2]} {
+		d := (&Deadline{}).Decide(t0, q, 1, p)
+		if len(d.Refuse) > 0 || len(d.Run) != 1 || d.Run[0] != 0 {
+			t.Errorf("queue %d of %d requests: refused %v, ran %v; want the oldest run", i, len(q), d.Refuse, d.Run)
+		}
+	}
+}

@@ -73,3 +73,66 @@ func BenchmarkDeadlineDecideBacklog(b *testing.B) {
 		dl.Decide(now, queue, 1, p)
 	}
 }
+
+// tabledLinear is a Linear profile that keeps its latencies in a table, as
+// the engine's profile does.
+type tabledLinear struct {
+	Linear
+	table []time.Duration
+	eff   int
+}
+
+func newTabledLinear(p Linear) *tabledLinear {
+	t := &tabledLinear{Linear: p, table: make([]time.Duration, p.MaxRows()+1)}
+	for r := 1; r <= p.MaxRows(); r++ {
+		t.table[r] = p.Latency(r)
+	}
+	t.eff = EfficientRows(t.table)
+	return t
+}
+
+func (t *tabledLinear) LatencyTable() ([]time.Duration, int) { return t.table, t.eff }
+
+// BenchmarkDeadlineDecideFullRequests is the decision at saturation in
+// bench/serve overhead's best configuration: 8 clients sending requests of
+// 1,024 rows, the model's largest batch, on a profile that tables its
+// latencies (the engine's).
+func BenchmarkDeadlineDecideFullRequests(b *testing.B) {
+	p := newTabledLinear(Linear{Base: 7 * time.Microsecond, PerRow: 220 * time.Nanosecond, Max: 1024})
+	dl := &Deadline{}
+	queue := make([]Item, 8)
+	for i := range queue {
+		at := t0.Add(time.Duration(i) * 30 * time.Microsecond)
+		queue[i] = Item{Arrived: at, Deadline: at.Add(10 * time.Second), Rows: 1024}
+		dl.Decide(at, queue[:i+1], 0, p)
+	}
+	now := queue[7].Arrived
+	for b.Loop() {
+		dl.Decide(now, queue, 1, p)
+	}
+}
+
+// The deadline policy decides the same with a profile that tables its
+// latencies as with one that does not, and allocates nothing for the
+// table at a decision.
+func TestDeadlineDecidesTheSameOnATabledProfile(t *testing.T) {
+	lin := Linear{Base: 7 * time.Microsecond, PerRow: 220 * time.Nanosecond, Max: 1024}
+	tab := newTabledLinear(lin)
+	a, b := &Deadline{}, &Deadline{}
+	queue := make([]Item, 40)
+	for i := range queue {
+		at := t0.Add(time.Duration(i) * 3 * time.Microsecond)
+		queue[i] = Item{Arrived: at, Deadline: at.Add(600 * time.Microsecond), Rows: 1 + i%100}
+		da, db := a.Decide(at, queue[:i+1], 1, lin), b.Decide(at, queue[:i+1], 1, tab)
+		if !slices.Equal(da.Run, db.Run) || !slices.Equal(da.Refuse, db.Refuse) || !da.Wake.Equal(db.Wake) {
+			t.Fatalf("queue of %d: %+v on the profile, %+v on its table", i+1, da, db)
+		}
+	}
+	now := queue[len(queue)-1].Arrived
+	tabled := testing.AllocsPerRun(100, func() { b.Decide(now, queue, 1, tab) })
+	plain := testing.AllocsPerRun(100, func() { a.Decide(now, queue, 1, lin) })
+	t.Logf("allocations a decision: %.0f tabled, %.0f not", tabled, plain)
+	if tabled > plain {
+		t.Errorf("%.0f allocations a decision on a tabled profile, %.0f on the same untabled", tabled, plain)
+	}
+}

@@ -37,9 +37,15 @@ type adaptive struct {
 	next   int
 	last   time.Time // when the last batch ended
 	extra  time.Duration
+
+	// Latency at every batch size with the correction (LatencyTable),
+	// filled again only when the correction changed since.
+	corrected      []time.Duration
+	correctedExtra time.Duration
+	efficient      int
 }
 
-var _ batch.Profile = (*adaptive)(nil)
+var _ batch.Tabled = (*adaptive)(nil)
 
 // maxTable is the largest batch whose latencies are tabled: above it,
 // Latency interpolates on every call.
@@ -65,6 +71,24 @@ func (a *adaptive) MaxRows() int { return a.base.MaxRows() }
 // Latency implements batch.Profile.
 func (a *adaptive) Latency(rows int) time.Duration {
 	return a.profiled(rows) + a.extra
+}
+
+// LatencyTable implements batch.Tabled. The deadline policy plans with
+// every batch size's latency at every decision; it was 9% of the engine's
+// CPU at saturation to ask them one by one (bench/serve's overhead).
+func (a *adaptive) LatencyTable() ([]time.Duration, int) {
+	n := a.base.MaxRows()
+	if len(a.corrected) != n+1 || a.correctedExtra != a.extra {
+		if len(a.corrected) != n+1 {
+			a.corrected = make([]time.Duration, n+1)
+		}
+		for r := 1; r <= n; r++ {
+			a.corrected[r] = a.profiled(r) + a.extra
+		}
+		a.correctedExtra = a.extra
+		a.efficient = batch.EfficientRows(a.corrected)
+	}
+	return a.corrected, a.efficient
 }
 
 // profiled is the load-time profile's latency of rows.

@@ -107,3 +107,30 @@ func BenchmarkAdaptiveLatency(b *testing.B) {
 	}
 	_ = sink
 }
+
+// The table the deadline policy plans with is the profile's latency at
+// every batch size, the correction included, and follows the correction.
+func TestAdaptiveTableFollowsTheCorrection(t *testing.T) {
+	a := newAdaptive(&Profile{Points: []Point{{1, 10 * time.Microsecond}, {8, 20 * time.Microsecond}, {64, 200 * time.Microsecond}}, Max: 64})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	check := func(when string) {
+		t.Helper()
+		table, eff := a.LatencyTable()
+		if len(table) != 65 {
+			t.Fatalf("%s: table of %d entries, want 65", when, len(table))
+		}
+		for r := 1; r <= 64; r++ {
+			if table[r] != a.Latency(r) {
+				t.Fatalf("%s: table[%d] = %v, Latency = %v", when, r, table[r], a.Latency(r))
+			}
+		}
+		if want := batch.EfficientRows(table); eff != want {
+			t.Errorf("%s: efficient %d, want %d", when, eff, want)
+		}
+	}
+	check("at load")
+	a.observe(now, 8, 50*time.Microsecond) // 30 us over the profile
+	check("after a slow batch")
+	a.expire(now.Add(2 * adaptiveAge))
+	check("after the correction expired")
+}

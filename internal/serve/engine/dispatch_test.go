@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/virga-ml/virga/internal/serve"
 	"github.com/virga-ml/virga/internal/serve/batch"
 	"github.com/virga-ml/virga/internal/serve/runtime"
+	"github.com/virga-ml/virga/internal/serve/runtime/mlp"
 )
 
 // windowPolicy is a tiny policy for the dispatcher's tests: it refuses
@@ -314,5 +317,105 @@ func TestCanceledRequestReturnsOnceItsBatchEnds(t *testing.T) {
 	release()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}
+
+// goid is the calling goroutine's id, from its stack's header.
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:goruntime.Stack(buf, false)]
+	f := strings.Fields(string(buf))
+	return f[1] // "goroutine 123 [running]:"
+}
+
+// goroutineLoader's models record the goroutine each Run runs in.
+type goroutineLoader struct {
+	runtime.Loader
+	mu   sync.Mutex
+	runs []string
+}
+
+func (g *goroutineLoader) Load(dir string, m serve.Manifest) (runtime.Model, error) {
+	model, err := g.Loader.Load(dir, m)
+	if err != nil {
+		return nil, err
+	}
+	return &goroutineModel{Model: model, g: g}, nil
+}
+
+type goroutineModel struct {
+	runtime.Model
+	g *goroutineLoader
+}
+
+func (m *goroutineModel) Run(ctx context.Context, in []serve.Tensor) ([]serve.Tensor, error) {
+	m.g.mu.Lock()
+	m.g.runs = append(m.g.runs, goid())
+	m.g.mu.Unlock()
+	return m.Model.Run(ctx, in)
+}
+
+func (g *goroutineLoader) take() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	runs := g.runs
+	g.runs = nil
+	return runs
+}
+
+// A batch runs in the goroutine of one of its callers: the caller whose
+// arrival starts it, or, when a wake-up starts it, its first caller, woken
+// with the batch. No goroutine of the engine's own stands between a caller
+// and its model (each one was a goroutine switch, 4 a request at saturation).
+func TestBatchesRunInTheirCallersGoroutines(t *testing.T) {
+	g := &goroutineLoader{Loader: mlp.Loader{}}
+	clock := newFakeClock()
+	p := &windowPolicy{n: 2, delay: time.Second}
+	e, _ := dispatchEngine(t, p, clock, g)
+	g.take() // the load's warm-up and profile
+
+	// Two requests: the second's arrival starts the batch of both.
+	type answer struct {
+		caller int
+		goid   string
+		err    error
+	}
+	answers := make(chan answer, 2)
+	infer := func(caller int) {
+		_, err := e.Infer(context.Background(), request("m", 1))
+		answers <- answer{caller, goid(), err}
+	}
+	go infer(0)
+	waitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.seen) >= 1 })
+	go infer(1)
+	a, b := <-answers, <-answers
+	if a.caller == 1 {
+		a, b = b, a
+	}
+	if a.err != nil || b.err != nil {
+		t.Fatal(a.err, b.err)
+	}
+	if runs := g.take(); len(runs) != 1 || runs[0] != b.goid {
+		t.Errorf("the batch of two ran in goroutines %v, want the second caller's (%s; the first's %s)", runs, b.goid, a.goid)
+	}
+
+	// One request, started by the wake-up a second later: it runs in its
+	// caller's goroutine, not the timer's.
+	p.mu.Lock()
+	before := len(p.seen)
+	p.mu.Unlock()
+	go infer(2)
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return slices.ContainsFunc(p.seen[before:], func(q []batch.Item) bool { return len(q) == 1 })
+	})
+	clock.Advance(time.Second)
+	a = <-answers
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if runs := g.take(); len(runs) != 1 || runs[0] != a.goid {
+		t.Errorf("the woken batch ran in goroutines %v, want its caller's (%s)", runs, a.goid)
 	}
 }

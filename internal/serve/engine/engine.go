@@ -397,6 +397,15 @@ func (e *Engine) release(ent *entry) {
 	e.mu.Unlock()
 }
 
+// releaseN drops n references taken by acquire.
+func (e *Engine) releaseN(ent *entry, n int) {
+	e.mu.Lock()
+	for range n {
+		e.releaseLocked(ent)
+	}
+	e.mu.Unlock()
+}
+
 func (e *Engine) releaseLocked(ent *entry) {
 	ent.refs--
 	ent.lastUsed = e.clock.Now()

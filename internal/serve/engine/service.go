@@ -245,20 +245,10 @@ func (e *Engine) infer(ctx context.Context, r *serve.Request) (*serve.Response, 
 		inputs: inputs,
 		res:    make(chan result, 1),
 	}
-	if !ent.disp.submit(c) {
+	res, ok := ent.disp.infer(c)
+	if !ok {
 		e.release(ent)
 		return nil, fmt.Errorf("%w: model %s was unloaded", serve.ErrUnavailable, k)
-	}
-	var res result
-	select {
-	case res = <-c.res:
-	case <-ctx.Done():
-		ent.disp.withdraw(c)
-		// A queued call is answered at once, one in a running batch when
-		// the batch ends: when Infer returns, the engine reads the
-		// request's inputs no more, so a caller may reuse their memory.
-		<-c.res
-		return nil, ctx.Err()
 	}
 	if res.err != nil {
 		return nil, res.err
@@ -277,59 +267,57 @@ func (e *Engine) infer(ctx context.Context, r *serve.Request) (*serve.Response, 
 // them in the signature's order with the request's rows (1 for a model that
 // does not batch).
 func checkInputs(r *serve.Request, sig serve.Signature, maxBatch int) ([]serve.Tensor, int, error) {
-	byName := map[string]int{}
-	for i, s := range sig.Inputs {
-		byName[s.Name] = i
-	}
 	ordered := make([]serve.Tensor, len(sig.Inputs))
 	given := make([]bool, len(sig.Inputs))
 	rows, rowsFrom := -1, -1
 	for i, t := range r.Inputs {
-		field := fmt.Sprintf("inputs[%d]", i)
-		j, ok := byName[t.Name]
-		if !ok {
-			return nil, 0, serve.Inputf(field+".name", "%q: the model has no such input (it takes %s)", t.Name, specNames(sig.Inputs))
+		// The field's name is formatted for an error only: a request's
+		// checks allocate nothing but what they return.
+		field := inputField(i)
+		j := slices.IndexFunc(sig.Inputs, func(s serve.TensorSpec) bool { return s.Name == t.Name })
+		if j < 0 {
+			return nil, 0, serve.Inputf(field.String()+".name", "%q: the model has no such input (it takes %s)", t.Name, specNames(sig.Inputs))
 		}
 		if given[j] {
-			return nil, 0, serve.Inputf(field+".name", "%q given twice", t.Name)
+			return nil, 0, serve.Inputf(field.String()+".name", "%q given twice", t.Name)
 		}
 		given[j] = true
 		spec := sig.Inputs[j]
 		if t.Datatype != spec.Datatype {
-			return nil, 0, serve.Inputf(field+".datatype", "%s, want %s", t.Datatype, spec.Datatype)
+			return nil, 0, serve.Inputf(field.String()+".datatype", "%s, want %s", t.Datatype, spec.Datatype)
 		}
 		if len(t.Shape) != len(spec.Shape) {
-			return nil, 0, serve.Inputf(field+".shape", "%v has %d dimensions, want %d (%v, -1 any size)", t.Shape, len(t.Shape), len(spec.Shape), spec.Shape)
+			return nil, 0, serve.Inputf(field.String()+".shape", "%v has %d dimensions, want %d (%v, -1 any size)", t.Shape, len(t.Shape), len(spec.Shape), spec.Shape)
 		}
 		n := int64(1)
 		for d, s := range t.Shape {
 			if s < 0 {
-				return nil, 0, serve.Inputf(field+".shape", "%v: dimension %d is negative", t.Shape, d)
+				return nil, 0, serve.Inputf(field.String()+".shape", "%v: dimension %d is negative", t.Shape, d)
 			}
 			if spec.Shape[d] >= 0 && s != spec.Shape[d] {
-				return nil, 0, serve.Inputf(field+".shape", "%v: dimension %d is %d, want %d (%v, -1 any size)", t.Shape, d, s, spec.Shape[d], spec.Shape)
+				return nil, 0, serve.Inputf(field.String()+".shape", "%v: dimension %d is %d, want %d (%v, -1 any size)", t.Shape, d, s, spec.Shape[d], spec.Shape)
 			}
 			n *= s
 			if n > 1<<31 {
-				return nil, 0, serve.Inputf(field+".shape", "%v: more than 2^31 elements", t.Shape)
+				return nil, 0, serve.Inputf(field.String()+".shape", "%v: more than 2^31 elements", t.Shape)
 			}
 		}
 		got := runtime.Len(t)
 		if got < 0 {
-			return nil, 0, serve.Inputf(field+".data", "Go type %T, want %s for %s", t.Data, runtime.GoType(t.Datatype), t.Datatype)
+			return nil, 0, serve.Inputf(field.String()+".data", "Go type %T, want %s for %s", t.Data, runtime.GoType(t.Datatype), t.Datatype)
 		}
 		if int64(got) != n {
-			return nil, 0, serve.Inputf(field+".data", "%d elements, shape %v holds %d", got, t.Shape, n)
+			return nil, 0, serve.Inputf(field.String()+".data", "%d elements, shape %v holds %d", got, t.Shape, n)
 		}
 		if maxBatch > 0 {
 			r := int(t.Shape[0])
 			switch {
 			case r == 0:
-				return nil, 0, serve.Inputf(field+".shape", "%v: no rows", t.Shape)
+				return nil, 0, serve.Inputf(field.String()+".shape", "%v: no rows", t.Shape)
 			case r > maxBatch:
-				return nil, 0, serve.Inputf(field+".shape", "%v: %d rows, the model takes at most %d in one request", t.Shape, r, maxBatch)
+				return nil, 0, serve.Inputf(field.String()+".shape", "%v: %d rows, the model takes at most %d in one request", t.Shape, r, maxBatch)
 			case rows >= 0 && r != rows:
-				return nil, 0, serve.Inputf(field+".shape", "%v: %d rows, but inputs[%d] has %d", t.Shape, r, rowsFrom, rows)
+				return nil, 0, serve.Inputf(field.String()+".shape", "%v: %d rows, but inputs[%d] has %d", t.Shape, r, rowsFrom, rows)
 			}
 			rows, rowsFrom = r, i
 		}
@@ -347,6 +335,11 @@ func checkInputs(r *serve.Request, sig serve.Signature, maxBatch int) ([]serve.T
 	}
 	return ordered, max(rows, 1), nil
 }
+
+// inputField names a request's input i in an error.
+type inputField int
+
+func (i inputField) String() string { return fmt.Sprintf("inputs[%d]", int(i)) }
 
 func checkOutputs(r *serve.Request, sig serve.Signature) error {
 	for i, name := range r.Outputs {
