@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -160,7 +161,15 @@ func RunLoop(cfg ExperimentConfig) (*ExperimentResult, error) {
 	if file == "" {
 		file = "experiment.yaml"
 	}
-	exp, err := ctl.SubmitSpec(ctx, file, cfg.Data, &ex)
+	// The estimate a user submits with the experiment (virga run
+	// --estimate): the table's steps per trial and mean epoch, as a profile
+	// would measure them. The policy decides from it until the loop has
+	// measured the trials' own.
+	estimate, err := json.Marshal(map[string]any{"steps_per_trial": cfg.Curves.Table.Epochs, "step_time": cfg.Curves.MeanEpoch()})
+	if err != nil {
+		return nil, err
+	}
+	exp, err := ctl.SubmitSpec(ctx, file, cfg.Data, estimate, &ex)
 	if err != nil {
 		return nil, err
 	}
