@@ -264,7 +264,10 @@ func (d *driver) pass(ctx context.Context) error {
 func (d *driver) result(ctx context.Context, st store.Store, exp *virga.Experiment, cfg ExperimentConfig, e *spec.Experiment,
 	start time.Time, deadline time.Duration, limited bool) (*ExperimentResult, error) {
 	r := &ExperimentResult{Deadline: deadline, Budget: e.Budget, Events: d.events, Decisions: d.passes}
-	if cfg.Policy != nil {
+	switch {
+	case deadline == 0:
+		r.Policy = FirstFit{}.Name() // the loop asks no policy without a deadline
+	case cfg.Policy != nil:
 		r.Policy = cfg.Policy.Name()
 	}
 	trials, err := st.Trials(ctx, exp.ID)
