@@ -155,8 +155,6 @@ func RunLoop(cfg ExperimentConfig) (*ExperimentResult, error) {
 	case <-ctl.Done():
 		return nil, fmt.Errorf("sim: control loop: %w", ctl.Err())
 	}
-	updates, unsubscribe := ctl.Subscribe(0)
-	defer unsubscribe()
 	file := cfg.File
 	if file == "" {
 		file = "experiment.yaml"
@@ -185,16 +183,13 @@ func RunLoop(cfg ExperimentConfig) (*ExperimentResult, error) {
 		if err := d.pass(ctx); err != nil {
 			return nil, err
 		}
-		for more := true; more; {
-			select {
-			case u := <-updates:
-				if u.Experiment != nil && u.ExperimentID == exp.ID {
-					exp, state = u.Experiment, u.Experiment.State
-				}
-			default:
-				more = false
-			}
+		// The pass is committed when StepEvents returns: read the
+		// experiment's state from the store (the loop's updates arrive on
+		// their own goroutine, and a run must not depend on when).
+		if exp, err = st.Experiment(ctx, exp.ID); err != nil {
+			return nil, err
 		}
+		state = exp.State
 		if state.Terminal() {
 			break
 		}
