@@ -98,18 +98,52 @@ type trialSpeed struct {
 	savedAt time.Time // the attempt's last checkpoint (zero: none yet)
 	stepSum time.Duration
 	steps   int64
+	// first is when the attempt of the next report began making progress
+	// (its start plus its pool's restart overhead; zero: unknown): its
+	// first report measures a step from then.
+	first time.Time
+}
+
+// progressFrom is when ts's attempt began making progress: its start plus
+// its pool's restart overhead, for the experiment policy; zero when
+// unknown (no policy, or a pool it knows nothing of).
+func (c *Controller) progressFrom(ts *trialState) time.Time {
+	a := ts.attempt
+	if a == nil || !c.usePolicy(ts.exp) {
+		return time.Time{}
+	}
+	info, ok := c.cfg.PoolInfo[a.Pool]
+	if !ok {
+		return time.Time{}
+	}
+	from := a.StartedAt
+	if from.IsZero() {
+		from = ts.started
+	}
+	return from.Add(info.RestartOverhead)
 }
 
 // report records a report of attempt at step, at time at, which saved a
 // checkpoint when saved.
 func (s *trialSpeed) report(es *expState, attempt, step int64, at time.Time, saved bool) {
-	if s.attempt == attempt && step > s.step && at.After(s.at) {
+	switch {
+	case s.attempt == attempt && step > s.step && at.After(s.at):
 		d := at.Sub(s.at)
 		s.stepSum += d
 		s.steps += step - s.step
 		es.pol.stepSum += d
 		es.pol.steps += step - s.step
+	case s.attempt != attempt && !s.first.IsZero() && at.After(s.first):
+		// An attempt's first report: one step since it began making
+		// progress (with a search that restarts its trials at every rung,
+		// most steps are first steps).
+		d := at.Sub(s.first)
+		s.stepSum += d
+		s.steps++
+		es.pol.stepSum += d
+		es.pol.steps++
 	}
+	s.first = time.Time{}
 	if s.attempt != attempt {
 		s.savedAt = time.Time{}
 	}

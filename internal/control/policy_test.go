@@ -467,3 +467,28 @@ func TestPolicyDecidesFromTheSubmittedEstimate(t *testing.T) {
 	}
 	h2.settle(s)
 }
+
+// TestPolicyMeasuresFirstSteps: an attempt's first report measures a step
+// from when it began making progress (its start plus its pool's restart
+// overhead). A trial of one step, as most of a search that restarts its
+// trials at every rung, then gives the policy a step time: it decides the
+// next trial (spot capacity down, the deadline far: it waits) instead of
+// leaving it to the first pool with room.
+func TestPolicyMeasuresFirstSteps(t *testing.T) {
+	be := onePerPool(false)
+	h, clk := policyHarness(t, be)
+	e := h.submit(policyYAML(3, "deadline: 10h"))
+	s1 := h.nextStart()
+	h.settle(s1)
+	h.train(clk, s1, 1, 1, false)
+	code := 0
+	be.exit(backend.Event{AttemptID: s1.AttemptID, ExitCode: &code})
+	h.waitTrial(s1.TrialID, virga.TrialCompleted)
+	h.eventually("a second trial", func() bool { return len(h.trials(e.ID)) == 2 })
+	for range 3 {
+		clk.Advance(30 * time.Second)
+		if s := h.stepStart(); s != nil {
+			t.Fatalf("trial %d started on pool %s while spot capacity is down and the deadline is far; want it to wait", s.TrialID, s.Pool)
+		}
+	}
+}

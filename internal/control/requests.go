@@ -224,6 +224,7 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		}
 		it.touchTrial(ts) // the checkpoint a restart needs is written at once
 	}
+	ts.speed.first = c.progressFrom(ts)
 	ts.speed.report(ts.exp, ts.attempt.ID, r.rep.Step, r.time, r.ckpt != nil)
 	c.progress[ts] = true
 	it.reported[ts] = true
