@@ -15,9 +15,13 @@ import (
 //   - an attempt is started only if what the experiment has spent, what its
 //     running attempts are expected to cost until they end, and what the new
 //     one is expected to cost (the mean run of its attempts that succeeded,
-//     or the billing minimum before any did) fit in the budget;
+//     or the billing minimum before any did) fit in the budget, all of them
+//     counted at least until the new attempt's restart overhead and the stop
+//     reserve below have passed (else the next check would stop it before it
+//     made progress);
 //   - at every tick, if what has been spent plus what the running attempts
-//     will cost until a stop could end them (the stop grace and two ticks)
+//     will cost until a stop could end them (the stop reserve: the stop
+//     grace and two ticks)
 //     reaches the budget, the experiment stops: its running trials get
 //     SIGTERM (checkpoints are kept) and it ends STOPPED with the reason
 //     BudgetSpent (recorded while it stops, so a restarted server ends it
@@ -55,8 +59,13 @@ func (c *Controller) committed(es *expState, until time.Time, run time.Duration)
 		}
 		if a.StartedAt.IsZero() {
 			// Created, not yet seen started: it will cost at least a
-			// start (its billing minimum) or its expected run.
-			cost, err := c.cfg.Pricer.Cost(a.Pool, res, until, until.Add(max(run, time.Second)))
+			// start (its billing minimum) or its expected run, and
+			// runs until then as if started when created.
+			from := ts.started
+			if from.IsZero() || from.After(until) {
+				from = until
+			}
+			cost, err := c.cfg.Pricer.Cost(a.Pool, res, from, later(until, from.Add(max(run, time.Second))))
 			if err != nil {
 				c.log.Warn("pricing a starting attempt for the budget", "attempt", a.ID, "err", err)
 			}
@@ -92,29 +101,43 @@ func expectedRun(es *expState) time.Duration {
 	return es.runTime / time.Duration(es.runs)
 }
 
+// stopReserve is how long running attempts may go on costing after the
+// budget check that stops them: until the next check (two ticks, one of
+// them for a late tick) and then the stop grace a stopped trial may take.
+func (c *Controller) stopReserve(es *expState) time.Duration {
+	return es.spec.StopGrace.D() + 2*c.cfg.TickInterval
+}
+
 // budgetFits tells whether starting ts now (on ts.pool) keeps es within its
 // budget, with pending the expected cost of the trials already chosen to
 // start in this pass (not yet attempts); if it fits, it adds ts's expected
-// cost to pending, else it says why.
+// cost to pending, else it says why. The start must leave the attempt its
+// restart overhead before the budget check (checkBudgets) would stop it:
+// everything is counted at least until the overhead and the stop reserve
+// have passed, so that no trial is started only to be stopped for the
+// budget before it made any progress.
 func (c *Controller) budgetFits(es *expState, ts *trialState, res virga.Resources, now time.Time, pending *float64) (bool, string) {
 	budget := es.spec.Budget
 	if budget <= 0 || c.cfg.Pricer == nil {
 		return true, ""
 	}
 	run := expectedRun(es)
-	next, err := c.cfg.Pricer.Cost(ts.pool, res, now, now.Add(max(run, time.Second)))
+	least := c.cfg.PoolInfo[ts.pool].RestartOverhead + c.stopReserve(es)
+	horizon := now.Add(least)
+	next, err := c.cfg.Pricer.Cost(ts.pool, res, now, later(now.Add(max(run, time.Second)), horizon))
 	if err != nil {
 		c.log.Warn("pricing the next attempt for the budget", "trial", ts.t.ID, "pool", ts.pool, "err", err)
 		return true, ""
 	}
-	spent := c.committed(es, now, run) + *pending
+	spent := c.committed(es, horizon, run) + *pending
 	if spent+next <= budget {
 		*pending += next
 		return true, ""
 	}
-	what := "the billing minimum of its next trial"
-	if run > 0 {
-		what = fmt.Sprintf("its next trial (about %s, the mean run so far)", run.Round(time.Second))
+	what := fmt.Sprintf("its next trial (about %s, the mean run so far)", run.Round(time.Second))
+	if run < least {
+		what = fmt.Sprintf("its next trial, counted for %s (its restart overhead, two ticks and the stop grace: the least it runs before the budget could stop it)",
+			least.Round(time.Second))
 	}
 	return false, fmt.Sprintf("budget of %s reached: %s spent or committed, and %s would cost %s; stopped, checkpoints kept (submit again with a larger budget to go on)",
 		fmtUSD(budget), fmtUSD(spent), what, fmtUSD(next))
@@ -156,7 +179,7 @@ func (c *Controller) checkBudgets(it *iteration) {
 		if budget <= 0 || c.cfg.Pricer == nil || es.exp.State.Terminal() || es.exp.State == virga.ExperimentStopping {
 			continue
 		}
-		horizon := now.Add(es.spec.StopGrace.D() + 2*c.cfg.TickInterval)
+		horizon := now.Add(c.stopReserve(es))
 		if projected := c.committed(es, horizon, 0); projected >= budget {
 			c.stopForBudget(it, es, fmt.Sprintf("budget of %s reached: %s spent by the time the running trials stop; stopped, checkpoints kept (submit again with a larger budget to go on)",
 				fmtUSD(budget), fmtUSD(projected)), now)

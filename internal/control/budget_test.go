@@ -65,8 +65,10 @@ func TestBudgetStopsRunningTrials(t *testing.T) {
 }
 
 // TestBudgetDoesNotStartWhatDoesNotFit: after a trial of 100 s ($0.50), the
-// next one is expected to cost as much, which does not fit in the $0.30 left
-// of $0.80: it is not started and the experiment says why.
+// next one is expected to cost as much, and at least what 122 s cost (two
+// ticks and the stop grace of 120 s: the budget check could stop it no
+// sooner), which does not fit in the $0.30 left of $0.80: it is not started
+// and the experiment says why.
 func TestBudgetDoesNotStartWhatDoesNotFit(t *testing.T) {
 	h, clk := costHarness(t)
 	e := h.submit(expYAML("budget-next", "max_trials: 3\nmax_concurrent: 1\nbudget: 0.8\nresources: {cpu: 1, memory: 512MiB}"))
@@ -76,7 +78,7 @@ func TestBudgetDoesNotStartWhatDoesNotFit(t *testing.T) {
 	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: clk.Advance(100 * time.Second), ExitCode: &code})
 	got := h.waitExp(e.ID, virga.ExperimentStopped)
 	h.noStart()
-	if !strings.Contains(got.Message, "budget of $0.80 reached: $0.50 spent or committed, and its next trial (about 1m40s, the mean run so far) would cost $0.50") {
+	if !strings.Contains(got.Message, "budget of $0.80 reached: $0.50 spent or committed, and its next trial, counted for 2m2s (its restart overhead, two ticks and the stop grace: the least it runs before the budget could stop it) would cost $0.61") {
 		t.Errorf("message %q", got.Message)
 	}
 	// The searcher is not asked for a trial that could not start.
@@ -145,4 +147,30 @@ func TestBudgetCountsStartsOfOnePass(t *testing.T) {
 	if !strings.Contains(got.Message, "budget of $10.00 reached: $9.00 spent or committed") {
 		t.Errorf("message %q", got.Message)
 	}
+}
+
+// TestBudgetStartsOnlyWhatCanRun: with $1 and the default stop grace of
+// 120 s, two trials at $0.005 a second would be stopped by the budget check
+// a tick after they start (by the end of a stop they would have cost $1.23),
+// having trained for nothing; one trial can run 78 s before the check must
+// stop it. Only one is started, and it runs until then.
+func TestBudgetStartsOnlyWhatCanRun(t *testing.T) {
+	h, clk := costHarness(t)
+	e := h.submit(expYAML("budget-room", "max_trials: 4\nmax_concurrent: 2\nbudget: 1\nresources: {cpu: 1, memory: 512MiB}"))
+	s := h.nextStart()
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: clk.Now(), PID: 1})
+	h.eventually("the attempt to run", func() bool { return h.attempts(s.TrialID)[0].State == virga.AttemptRunning })
+	h.noStart()
+	h.advance(60 * time.Second)
+	if got := h.exp(e.ID); got.State != virga.ExperimentActive {
+		t.Fatalf("after 60 s, $0.30 spent of $1: %s (%s), want ACTIVE", got.State, got.Message)
+	}
+	clk.Advance(20 * time.Second)
+	h.eventually("the budget to stop the experiment", func() bool { return h.exp(e.ID).State == virga.ExperimentStopping })
+	h.be.emit(backend.Event{AttemptID: s.AttemptID, Kind: backend.Exited, Time: clk.Advance(time.Second), Signal: "terminated"})
+	h.waitExp(e.ID, virga.ExperimentStopped)
+	if n := len(h.trials(e.ID)); n != 1 {
+		t.Errorf("%d trials, want the one that ran", n)
+	}
+	wantCost(t, "cost", h.attempts(s.TrialID)[0].Cost, 0.405)
 }

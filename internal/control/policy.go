@@ -1,6 +1,7 @@
 package control
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -64,6 +65,29 @@ type expPolicyState struct {
 	steps   int64
 	saveSum time.Duration
 	saves   int
+	// hint is what the estimate submitted with the experiment says of its
+	// trials, for the policy to decide from before its own are measured.
+	hint estimateHint
+}
+
+// estimateHint is what an estimate submitted with an experiment (virga
+// estimate --json: steps_per_trial, step_time) says of its trials.
+type estimateHint struct {
+	steps int64
+	step  time.Duration
+}
+
+// hintOf reads an estimate's steps per trial and step time; what it lacks
+// (or an estimate that is not virga estimate's) is zero.
+func hintOf(estimate []byte) estimateHint {
+	var r struct {
+		Steps    int64         `json:"steps_per_trial"`
+		StepTime time.Duration `json:"step_time"`
+	}
+	if len(estimate) == 0 || json.Unmarshal(estimate, &r) != nil {
+		return estimateHint{}
+	}
+	return estimateHint{steps: max(r.Steps, 0), step: max(r.StepTime, 0)}
 }
 
 // trialSpeed is a trial's measured speed, from the times of its reports.
@@ -74,18 +98,52 @@ type trialSpeed struct {
 	savedAt time.Time // the attempt's last checkpoint (zero: none yet)
 	stepSum time.Duration
 	steps   int64
+	// first is when the attempt of the next report began making progress
+	// (its start plus its pool's restart overhead; zero: unknown): its
+	// first report measures a step from then.
+	first time.Time
+}
+
+// progressFrom is when ts's attempt began making progress: its start plus
+// its pool's restart overhead, for the experiment policy; zero when
+// unknown (no policy, or a pool it knows nothing of).
+func (c *Controller) progressFrom(ts *trialState) time.Time {
+	a := ts.attempt
+	if a == nil || !c.usePolicy(ts.exp) {
+		return time.Time{}
+	}
+	info, ok := c.cfg.PoolInfo[a.Pool]
+	if !ok {
+		return time.Time{}
+	}
+	from := a.StartedAt
+	if from.IsZero() {
+		from = ts.started
+	}
+	return from.Add(info.RestartOverhead)
 }
 
 // report records a report of attempt at step, at time at, which saved a
 // checkpoint when saved.
 func (s *trialSpeed) report(es *expState, attempt, step int64, at time.Time, saved bool) {
-	if s.attempt == attempt && step > s.step && at.After(s.at) {
+	switch {
+	case s.attempt == attempt && step > s.step && at.After(s.at):
 		d := at.Sub(s.at)
 		s.stepSum += d
 		s.steps += step - s.step
 		es.pol.stepSum += d
 		es.pol.steps += step - s.step
+	case s.attempt != attempt && !s.first.IsZero() && at.After(s.first):
+		// An attempt's first report: one step since it began making
+		// progress (with a search that restarts its trials at every rung,
+		// most steps are first steps).
+		d := at.Sub(s.first)
+		s.stepSum += d
+		s.steps++
+		es.pol.stepSum += d
+		es.pol.steps++
 	}
+	s.first = time.Time{}
 	if s.attempt != attempt {
 		s.savedAt = time.Time{}
 	}
@@ -125,7 +183,7 @@ func (c *Controller) usePolicy(es *expState) bool {
 
 // stepsPerTrial is the steps of a trial that runs to its end: the
 // searcher's max_resource, else the most steps a completed trial of es
-// reached; 0 when neither is known.
+// reached, else the estimate's; 0 when none is known.
 func stepsPerTrial(es *expState) int64 {
 	if m := es.spec.Searcher.Int("max_resource", 0); m > 0 {
 		return m
@@ -136,7 +194,19 @@ func stepsPerTrial(es *expState) int64 {
 			most = max(most, ts.t.Step)
 		}
 	}
+	if most == 0 {
+		return es.pol.hint.steps
+	}
 	return most
+}
+
+// stepTime is es's mean measured step time, else the estimate's; 0 when
+// neither is known.
+func stepTime(es *expState) time.Duration {
+	if es.pol.steps == 0 {
+		return es.pol.hint.step
+	}
+	return es.pol.stepSum / time.Duration(es.pol.steps)
 }
 
 // keptStep is the step a trial would go on from: the step it reported
@@ -183,13 +253,14 @@ type policyView struct {
 }
 
 // notReady says why the policy cannot decide for es yet ("": it can): the
-// estimate of the work left needs the steps of a trial and a step time.
+// estimate of the work left needs the steps of a trial and a step time,
+// measured or from the estimate submitted with the experiment.
 func notReady(es *expState) string {
 	if stepsPerTrial(es) <= 0 {
-		return "the steps of a trial are not known yet (the searcher has no max_resource and no trial has completed)"
+		return "the steps of a trial are not known yet (the searcher has no max_resource, no trial has completed, and no estimate with steps_per_trial came with the experiment)"
 	}
-	if es.pol.steps == 0 {
-		return "no step time is measured yet (no trial has reported twice in one attempt)"
+	if stepTime(es) <= 0 {
+		return "no step time is measured yet (no trial has reported twice in one attempt, and no estimate with a step_time came with the experiment)"
 	}
 	return ""
 }
@@ -199,7 +270,7 @@ func notReady(es *expState) string {
 // ready (notReady).
 func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virga.Resources, now time.Time) *policyView {
 	steps := stepsPerTrial(es)
-	step := es.pol.stepSum / time.Duration(es.pol.steps)
+	step := stepTime(es)
 	shape := schedule.ShapeOf(es.spec, steps)
 	v := &policyView{}
 	e := &v.e

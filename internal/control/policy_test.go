@@ -410,3 +410,85 @@ func TestPolicyKnowsStepTimesAfterRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyDecidesFromTheSubmittedEstimate: an experiment submitted with
+// an estimate (virga estimate --json: steps per trial, step time) is placed
+// by the policy from its first trial, not first fit until a step time is
+// measured; after a restart too. Virga's policy knows nothing of the
+// search's progress yet, so it runs its trials on on-demand capacity (the
+// second waits for it), where first fit would take the spot pool, first
+// and up.
+func TestPolicyDecidesFromTheSubmittedEstimate(t *testing.T) {
+	be := onePerPool(true)
+	h, clk := policyHarness(t, be)
+	y := expYAML("policy", "max_trials: 3\nmax_concurrent: 2\nresources: {cpu: 1}\ndeadline: 10h\n")
+	est := `{"steps_per_trial": 10, "step_time": 60000000000, "plans": []}`
+	e, err := h.ctl.SubmitWithEstimate(context.Background(), "exp.yaml", []byte(y), []byte(est))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h.nextStart()
+	if s.Pool != "ondemand" {
+		t.Fatalf("first trial on pool %q, want ondemand (Virga's policy before any work is done)", s.Pool)
+	}
+	h.settle(s)
+	h.eventually("a second trial and the estimate recorded", func() bool {
+		for _, ev := range h.evs() {
+			if ev.Kind == virga.EventExperimentEstimate {
+				return len(h.trials(e.ID)) == 2
+			}
+		}
+		return false
+	})
+	onDemandOnly := func(when string) {
+		t.Helper()
+		for range 3 {
+			clk.Advance(30 * time.Second)
+			if s := h.stepStart(); s != nil {
+				if s.Pool != "ondemand" {
+					t.Fatalf("%s: trial %d started on pool %s; want on-demand capacity only", when, s.TrialID, s.Pool)
+				}
+				h.settle(s)
+			}
+		}
+	}
+	onDemandOnly("before a restart")
+	h.crash()
+	// The new backend does not count the adopted attempt: the on-demand
+	// pool has room again.
+	h.startPolicy(onePerPool(true))
+	onDemandOnly("after a restart")
+
+	// Without an estimate, the first pool with room takes the trials.
+	h2, _ := policyHarness(t, onePerPool(true))
+	h2.submit(policyYAML(3, "deadline: 10h"))
+	if s = h2.nextStart(); s.Pool != "spot" {
+		t.Fatalf("without an estimate, first trial on pool %q, want spot (first fit)", s.Pool)
+	}
+	h2.settle(s)
+}
+
+// TestPolicyMeasuresFirstSteps: an attempt's first report measures a step
+// from when it began making progress (its start plus its pool's restart
+// overhead). A trial of one step, as most of a search that restarts its
+// trials at every rung, then gives the policy a step time: it decides the
+// next trial (spot capacity down, the deadline far: it waits) instead of
+// leaving it to the first pool with room.
+func TestPolicyMeasuresFirstSteps(t *testing.T) {
+	be := onePerPool(false)
+	h, clk := policyHarness(t, be)
+	e := h.submit(policyYAML(3, "deadline: 10h"))
+	s1 := h.nextStart()
+	h.settle(s1)
+	h.train(clk, s1, 1, 1, false)
+	code := 0
+	be.exit(backend.Event{AttemptID: s1.AttemptID, ExitCode: &code})
+	h.waitTrial(s1.TrialID, virga.TrialCompleted)
+	h.eventually("a second trial", func() bool { return len(h.trials(e.ID)) == 2 })
+	for range 3 {
+		clk.Advance(30 * time.Second)
+		if s := h.stepStart(); s != nil {
+			t.Fatalf("trial %d started on pool %s while spot capacity is down and the deadline is far; want it to wait", s.TrialID, s.Pool)
+		}
+	}
+}

@@ -193,6 +193,11 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		if err := c.recoverSpend(ctx, es); err != nil {
 			return nil, err
 		}
+		if c.usePolicy(es) {
+			if es.pol.hint, err = c.recoverHint(ctx, exp.ID); err != nil {
+				return nil, err
+			}
+		}
 		trials, err := c.cfg.Store.Trials(ctx, exp.ID)
 		if err != nil {
 			return nil, fmtErr("listing trials", err)
@@ -305,4 +310,19 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		}
 	}
 	return it, nil
+}
+
+// recoverHint reads what the estimate submitted with an experiment says of
+// its trials (its experiment.estimate event), after a restart of the server.
+func (c *Controller) recoverHint(ctx context.Context, id int64) (estimateHint, error) {
+	evs, err := c.cfg.Store.Events(ctx, store.EventFilter{ExperimentID: id, Limit: 4})
+	if err != nil {
+		return estimateHint{}, fmtErr("listing events", err)
+	}
+	for _, ev := range evs {
+		if ev.Kind == virga.EventExperimentEstimate {
+			return hintOf([]byte(ev.Message)), nil
+		}
+	}
+	return estimateHint{}, nil
 }

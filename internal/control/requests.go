@@ -47,11 +47,14 @@ func (c *Controller) SubmitWithEstimate(ctx context.Context, file string, data, 
 	return c.submit(ctx, file, data, estimate, e)
 }
 
-// SubmitSpec is Submit of an experiment the caller parsed from data and
-// may have changed since (a simulation overriding its deadline, budget or
-// seed); e must be valid, as spec.Parse returns it.
-func (c *Controller) SubmitSpec(ctx context.Context, file string, data []byte, e *spec.Experiment) (*virga.Experiment, error) {
-	return c.submit(ctx, file, data, nil, e)
+// SubmitSpec is SubmitWithEstimate of an experiment the caller parsed from
+// data and may have changed since (a simulation overriding its deadline,
+// budget or seed); e must be valid, as spec.Parse returns it.
+func (c *Controller) SubmitSpec(ctx context.Context, file string, data, estimate []byte, e *spec.Experiment) (*virga.Experiment, error) {
+	if len(estimate) > MaxEstimate || (len(estimate) > 0 && !json.Valid(estimate)) {
+		return nil, fmt.Errorf("the estimate must be JSON of at most %d bytes", MaxEstimate)
+	}
+	return c.submit(ctx, file, data, estimate, e)
 }
 
 func (c *Controller) submit(ctx context.Context, file string, data, estimate []byte, e *spec.Experiment) (*virga.Experiment, error) {
@@ -86,6 +89,7 @@ func (c *Controller) handleSubmit(it *iteration, r *submitReq) {
 		return
 	}
 	es := &expState{exp: exp, spec: r.spec, searcher: s}
+	es.pol.hint = hintOf(r.estimate)
 	it.b.Experiments = append(it.b.Experiments, exp)
 	ev := &virga.Event{Kind: virga.EventExperimentCreated, Message: fmt.Sprintf("%s (seed %d)", r.file, seed), Time: now}
 	it.after = append(it.after, func() {
@@ -220,6 +224,7 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		}
 		it.touchTrial(ts) // the checkpoint a restart needs is written at once
 	}
+	ts.speed.first = c.progressFrom(ts)
 	ts.speed.report(ts.exp, ts.attempt.ID, r.rep.Step, r.time, r.ckpt != nil)
 	c.progress[ts] = true
 	it.reported[ts] = true

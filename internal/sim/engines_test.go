@@ -77,9 +77,10 @@ func engines(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := ExperimentConfig{Spec: e, Data: data, Curves: c, Pools: set.Pools, Policy: schedule.ExpOnDemandOnly{}, Deadline: -1}
+	cfg := ExperimentConfig{Spec: e, Data: data, Curves: c, Pools: onDemandOf(set.Pools), Policy: schedule.ExpOnDemandOnly{}, Deadline: -1}
 	both("digits on-demand", cfg)
 	base, _ := runLegacy(cfg)
+	cfg.Pools = set.Pools
 	cfg.Deadline = 3 * base.Makespan
 	cfg.TraceOffset = 100 * time.Hour
 	for _, p := range schedule.ExperimentPolicies() {

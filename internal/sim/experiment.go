@@ -228,6 +228,7 @@ type experimentSim struct {
 	cfg      ExperimentConfig
 	spec     *spec.Experiment
 	searcher search.Searcher
+	policy   schedule.ExperimentPolicy // cfg.Policy, or FirstFit without a deadline
 	shape    schedule.SearchShape
 	pools    []*simPool
 	trials   []*simTrial // by id-1
@@ -347,6 +348,13 @@ func newExperimentSim(cfg ExperimentConfig) (*experimentSim, error) {
 		s.budget = e.Budget
 	}
 	s.res.Deadline, s.res.Budget = time.Duration(s.deadline), s.budget
+	s.policy = cfg.Policy
+	if s.deadline == 0 {
+		// As the control loop: an experiment without a deadline is placed
+		// on the first pool with room, whatever the policy.
+		s.policy = FirstFit{}
+		s.res.Policy = s.policy.Name()
+	}
 	s.tick = int64(cfg.Tick)
 	if s.tick <= 0 {
 		s.tick = int64(time.Minute)
@@ -751,7 +759,7 @@ func (s *experimentSim) decide() error {
 	s.snapshot()
 	s.res.Decisions++
 	s.snap.Committed = s.snap.Committed || s.snap.MustOnDemand()
-	s.moves = s.cfg.Policy.Place(&s.snap, s.moves[:0])
+	s.moves = s.policy.Place(&s.snap, s.moves[:0])
 	s.moves = schedule.Feasible(&s.snap, s.moves)
 	for _, m := range s.moves {
 		t := s.trials[m.Trial-1]
@@ -884,6 +892,37 @@ func (s *experimentSim) finish(why string, at int64) {
 	for _, p := range s.pools {
 		r.Pools = append(r.Pools, p.usage)
 	}
+}
+
+// FirstFit is what places an experiment without a deadline, on the server
+// (control.FirstFit) and so in the simulator: each waiting trial, in turn,
+// starts on the first pool, in the capacity file's order, that is up, is
+// not being reclaimed and has room; running trials stay where they are.
+type FirstFit struct{}
+
+// Name implements schedule.ExperimentPolicy.
+func (FirstFit) Name() string { return "first-fit" }
+
+// Place implements schedule.ExperimentPolicy.
+func (FirstFit) Place(e *schedule.Experiment, moves []schedule.Move) []schedule.Move {
+	free := make([]int, len(e.Pools))
+	for i := range e.Pools {
+		free[i] = e.Pools[i].Free
+	}
+	for i := range e.Trials {
+		t := &e.Trials[i]
+		if !t.Waiting() {
+			continue
+		}
+		for j := range e.Pools {
+			if p := &e.Pools[j]; p.Up && !p.Reclaiming && free[j] > 0 {
+				free[j]--
+				moves = append(moves, schedule.Move{Trial: t.ID, Pool: j})
+				break
+			}
+		}
+	}
+	return moves
 }
 
 // slowQuantile is the quantile of step times taken as a slow trial's

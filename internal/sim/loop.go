@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -154,13 +155,19 @@ func RunLoop(cfg ExperimentConfig) (*ExperimentResult, error) {
 	case <-ctl.Done():
 		return nil, fmt.Errorf("sim: control loop: %w", ctl.Err())
 	}
-	updates, unsubscribe := ctl.Subscribe(0)
-	defer unsubscribe()
 	file := cfg.File
 	if file == "" {
 		file = "experiment.yaml"
 	}
-	exp, err := ctl.SubmitSpec(ctx, file, cfg.Data, &ex)
+	// The estimate a user submits with the experiment (virga run
+	// --estimate): the table's steps per trial and mean epoch, as a profile
+	// would measure them. The policy decides from it until the loop has
+	// measured the trials' own.
+	estimate, err := json.Marshal(map[string]any{"steps_per_trial": cfg.Curves.Table.Epochs, "step_time": cfg.Curves.MeanEpoch()})
+	if err != nil {
+		return nil, err
+	}
+	exp, err := ctl.SubmitSpec(ctx, file, cfg.Data, estimate, &ex)
 	if err != nil {
 		return nil, err
 	}
@@ -176,16 +183,13 @@ func RunLoop(cfg ExperimentConfig) (*ExperimentResult, error) {
 		if err := d.pass(ctx); err != nil {
 			return nil, err
 		}
-		for more := true; more; {
-			select {
-			case u := <-updates:
-				if u.Experiment != nil && u.ExperimentID == exp.ID {
-					exp, state = u.Experiment, u.Experiment.State
-				}
-			default:
-				more = false
-			}
+		// The pass is committed when StepEvents returns: read the
+		// experiment's state from the store (the loop's updates arrive on
+		// their own goroutine, and a run must not depend on when).
+		if exp, err = st.Experiment(ctx, exp.ID); err != nil {
+			return nil, err
 		}
+		state = exp.State
 		if state.Terminal() {
 			break
 		}
@@ -255,7 +259,10 @@ func (d *driver) pass(ctx context.Context) error {
 func (d *driver) result(ctx context.Context, st store.Store, exp *virga.Experiment, cfg ExperimentConfig, e *spec.Experiment,
 	start time.Time, deadline time.Duration, limited bool) (*ExperimentResult, error) {
 	r := &ExperimentResult{Deadline: deadline, Budget: e.Budget, Events: d.events, Decisions: d.passes}
-	if cfg.Policy != nil {
+	switch {
+	case deadline == 0:
+		r.Policy = FirstFit{}.Name() // the loop asks no policy without a deadline
+	case cfg.Policy != nil:
 		r.Policy = cfg.Policy.Name()
 	}
 	trials, err := st.Trials(ctx, exp.ID)

@@ -164,9 +164,13 @@ func main() {
 				pools := []*capacity.Pool{{Name: "spot", Node: node, MaxNodes: *nodes, Market: spec.Spot, Billing: capacity.PerSecond,
 					Warning: 2 * time.Minute, RestartOverhead: *overhead, PriceSeries: capacity.Constant(*spot),
 					OnDemandSeries: capacity.Constant(*od), Preemption: jb.tr.model}, onDemand}
-				cfg := sim.ExperimentConfig{Spec: e, File: *expFile, Data: src, Seed: jb.seed, Curves: curves, Pools: pools, TraceOffset: jb.offset, Deadline: -1, Margin: *margin}
-				cfg.Policy = schedule.ExpOnDemandOnly{}
+				// The reference: on-demand capacity only, without a deadline
+				// (placed on the first pool with room: the on-demand pool
+				// alone).
+				cfg := sim.ExperimentConfig{Spec: e, File: *expFile, Data: src, Seed: jb.seed, Curves: curves, Pools: []*capacity.Pool{onDemand},
+					TraceOffset: jb.offset, Deadline: -1, Margin: *margin, Policy: schedule.ExpOnDemandOnly{}}
 				base, err := runExperiment(cfg)
+				cfg.Pools = pools
 				if err != nil {
 					mu.Lock()
 					failed = err

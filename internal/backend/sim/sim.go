@@ -308,7 +308,13 @@ func (b *Backend) Start(_ context.Context, s *backend.StartSpec) error {
 	now := b.cfg.Clock.Now()
 	a.runFrom = now.Add(p.RestartOverhead)
 	b.out = append(b.out, backend.Event{AttemptID: s.AttemptID, Kind: backend.Started, Time: now, PID: int(s.AttemptID), Pool: p.Name})
-	b.at(a.runFrom, tRun, s.AttemptID, a.gen)
+	if a.step < a.steps {
+		// Nothing shows the end of the overhead (no report, no event, as
+		// for a live trial): the first thing due is its step's end.
+		b.scheduleStep(a, a.runFrom)
+	} else {
+		b.at(a.runFrom, tRun, s.AttemptID, a.gen)
+	}
 	if p.warned {
 		// Its pool's reclaim is announced: told to stop at once.
 		b.terminate(a, now, true)

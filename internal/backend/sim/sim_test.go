@@ -82,10 +82,10 @@ func TestTrialRunsItsCurve(t *testing.T) {
 		t.Fatalf("events %+v, want Started at once on od", evs)
 	}
 	// It makes progress after the overhead; steps end one a minute, each
-	// a report.
-	if at := advance(t, clk, b); !at.Equal(t0.Add(2*time.Minute)) || len(b.TakeReports()) != 0 {
-		t.Fatalf("runs at %v", at)
-	}
+	// a report. Nothing is due at the end of the overhead: a live trial
+	// shows nothing then, and a loop stepped at that instant would see it
+	// at a checkpoint, its restart paid and nothing done (and an
+	// experiment policy could move it off for nothing).
 	for step := int64(1); step <= 3; step++ {
 		at := advance(t, clk, b)
 		if want := t0.Add(2*time.Minute + time.Duration(step)*time.Minute); !at.Equal(want) {
