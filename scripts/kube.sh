@@ -48,11 +48,36 @@ gocache() {
     GOTOOLCHAIN=${GOTOOLCHAIN:-local} "$@"
 }
 
-build_one() { # build_one MODDIR BINARY PACKAGE
-  local dir=$1 out=$2 pkg=$3
+# build_one MODDIR BINARY PACKAGE: builds one binary, saying every
+# $VIRGA_KUBE_PROGRESS seconds (default 30) how many of its packages are compiled
+# (a cold build of kube-apiserver compiles for many minutes: CI would otherwise see
+# nothing), and at the end how long it took.
+build_one() {
+  local dir=$1 out=$2 pkg=$3 total log pid started next every=${VIRGA_KUBE_PROGRESS:-30}
   [ -x "$bin/$out" ] && return 0
-  echo "== building $out ($pkg) into $bin" >&2
-  (cd "$dir" && gocache nice -n 19 go build -trimpath -ldflags='-s -w' -o "$bin/$out.tmp" "$pkg")
+  total=$(cd "$dir" && gocache go list -deps "$pkg" | wc -l)
+  echo "== building $out ($pkg, $total packages with the standard library) into $bin" >&2
+  log=$(mktemp)
+  started=$SECONDS
+  next=$((started + every))
+  # go build -v names each package it compiles (not those its cache holds).
+  (cd "$dir" && gocache nice -n 19 go build -v -trimpath -ldflags='-s -w' -o "$bin/$out.tmp" "$pkg") 2>"$log" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if ((SECONDS >= next)); then
+      echo "   $out: $((SECONDS - started)) s, $(grep -c '^[a-zA-Z]' "$log") of $total packages compiled" >&2
+      next=$((SECONDS + every))
+    fi
+  done
+  if ! wait "$pid"; then
+    echo "building $out failed:" >&2
+    grep -v '^[a-zA-Z][^ :]*$' "$log" >&2 || true
+    rm -f "$log"
+    exit 1
+  fi
+  echo "   $out built in $((SECONDS - started)) s ($(grep -c '^[a-zA-Z]' "$log") packages compiled)" >&2
+  rm -f "$log"
   mv "$bin/$out.tmp" "$bin/$out"
 }
 
@@ -77,8 +102,14 @@ module() {
 }
 
 build() {
-  local src=$cache/$k8s_version gomod replaces
+  local src=$cache/$k8s_version gomod replaces b
   mkdir -p "$bin"
+  for b in kube-apiserver kube-controller-manager kube-scheduler etcd kwok; do
+    if [ ! -x "$bin/$b" ]; then
+      echo "== building the control plane's binaries into $bin, once: from cold caches about 1,000 CPU-seconds and 6 GB" >&2
+      break
+    fi
+  done
   if [ ! -f "$src/mod-kube/go.sum" ]; then
     # k8s.io/kubernetes replaces its staging modules (k8s.io/api, k8s.io/apiserver, ...)
     # by directories of its own repository: here they come from the proxy instead.
