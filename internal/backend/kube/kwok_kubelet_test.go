@@ -83,7 +83,15 @@ type kwokKubelet struct {
 
 	mu    sync.Mutex
 	procs map[types.UID]*kwokProc
+	runs  []kwokRun // every process started, in order
 	wg    sync.WaitGroup
+}
+
+// kwokRun is one process a kwokKubelet ran: its pod's attempt, trial and
+// rank labels, its node, and when it started and ended (zero while it runs).
+type kwokRun struct {
+	attempt, trial, rank, node string
+	start, end                 time.Time
 }
 
 // kwokProc is one pod's process.
@@ -95,6 +103,7 @@ type kwokProc struct {
 	code     int
 	deleting bool // the pod is being deleted: remove it once the process ended
 	gone     bool // the pod was removed
+	run      int  // its index in kwokKubelet.runs
 }
 
 func newKWOKKubelet(t *testing.T, client *Client, ns string) *kwokKubelet {
@@ -216,8 +225,10 @@ func (k *kwokKubelet) startLocked(pod *corev1.Pod) {
 		k.t.Errorf("pod %s: %v", pod.Name, err)
 		return
 	}
-	p := &kwokProc{name: pod.Name, cmd: cmd, done: make(chan struct{})}
+	p := &kwokProc{name: pod.Name, cmd: cmd, done: make(chan struct{}), run: len(k.runs)}
 	k.procs[pod.UID] = p
+	k.runs = append(k.runs, kwokRun{attempt: pod.Labels[LabelAttempt], trial: pod.Labels[LabelTrial],
+		rank: pod.Labels[LabelRank], node: pod.Spec.NodeName, start: time.Now()})
 	k.wg.Add(1)
 	go k.run(pod.UID, p)
 }
@@ -239,6 +250,7 @@ func (k *kwokKubelet) run(uid types.UID, p *kwokProc) {
 	k.mu.Lock()
 	close(p.done)
 	p.ended, p.code = true, code
+	k.runs[p.run].end = time.Now()
 	deleting, gone := p.deleting, p.gone
 	k.mu.Unlock()
 	switch {
@@ -281,6 +293,13 @@ func (k *kwokKubelet) finish(uid types.UID, p *kwokProc) {
 		Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		k.t.Errorf("pod %s: delete: %v", p.name, err)
 	}
+}
+
+// ran returns the processes run so far.
+func (k *kwokKubelet) ran() []kwokRun {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]kwokRun(nil), k.runs...)
 }
 
 // killAll ends every process still running at the end of the test.
