@@ -20,6 +20,8 @@
 #                                node is Ready; prints the kubeconfig's path
 #   scripts/kube.sh stop         stop the daemons this script started
 #   scripts/kube.sh status       exit 0 if every daemon runs and the API server is ready
+#   scripts/kube.sh restart D    kill -9 the daemon D (etcd or kube-apiserver) and start it
+#                                again, etcd on its data; waits until the API server is ready
 #   scripts/kube.sh kubeconfig   the kubeconfig's path (admin, system:masters)
 #   scripts/kube.sh env          the variables the KWOK end-to-end suite needs
 #                                (eval "$(scripts/kube.sh env)")
@@ -226,6 +228,7 @@ stop_pid() { # stop_pid FILE: TERM the recorded daemon, KILL it after 10 s
 }
 
 running() {
+  local d
   for d in "${daemons[@]}"; do pid_alive "$state/$d.pid" || return 1; done
 }
 
@@ -245,6 +248,55 @@ stop_all() { # TERM every daemon at once (each takes 1 to 3 s to shut down), the
   for ((i = ${#daemons[@]} - 1; i >= 0; i--)); do stop_pid "$state/${daemons[i]}.pid"; done
 }
 
+launch() { # launch NAME ARGS...: start a daemon in the background, its pid and log in $state
+  local name=$1
+  shift
+  nohup "$@" >"$logs/$name.log" 2>&1 &
+  echo $! >"$state/$name.pid"
+}
+
+wait_for() { # wait_for WHAT SECONDS COMMAND...
+  local what=$1 secs=$2
+  shift 2
+  local f
+  for _ in $(seq 1 $((secs * 5))); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    for f in "$state"/*.pid; do
+      if ! pid_alive "$f"; then
+        echo "$(basename "$f" .pid) exited: see $logs/$(basename "$f" .pid).log" >&2
+        stop_all
+        exit 1
+      fi
+    done
+    sleep 0.2
+  done
+  echo "$what not ready within $secs s: see $logs" >&2
+  stop_all
+  exit 1
+}
+
+start_etcd() { # etcd, on the data of $state/etcd
+  launch etcd "$bin/etcd" --name virga --data-dir "$state/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$((etcd_port + 10))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 10))" \
+    --initial-cluster "virga=http://127.0.0.1:$((etcd_port + 10))" \
+    --listen-metrics-urls "" --unsafe-no-fsync --quota-backend-bytes 2147483648
+  wait_for etcd 30 curl -fsS "http://127.0.0.1:$etcd_port/health"
+}
+
+start_apiserver() {
+  launch kube-apiserver "$bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" --authorization-mode RBAC \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range 10.96.0.0/16 --cert-dir "$pki" --profiling=false \
+    --endpoint-reconciler-type none
+  wait_for kube-apiserver 120 api_ready
+}
+
 case "$cmd" in
 build) build; echo "$bin"; exit 0 ;;
 kubeconfig) echo "$kubeconfig"; exit 0 ;;
@@ -260,8 +312,28 @@ status)
   echo "the Virga test Kubernetes control plane is not running (scripts/kube.sh start)" >&2
   exit 1 ;;
 stop) stop_all; exit 0 ;;
+restart)
+  # kill -9 one daemon and start it again (etcd keeps its data), as a crash and a
+  # supervisor's restart would: for tests of what survives that.
+  d=${2:-}
+  case "$d" in
+  etcd | kube-apiserver) ;;
+  *) echo "usage: $0 restart etcd|kube-apiserver" >&2; exit 2 ;;
+  esac
+  ready || { echo "the Virga test Kubernetes control plane is not running (scripts/kube.sh start)" >&2; exit 1; }
+  pid=$(cat "$state/$d.pid")
+  kill -9 "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -f "$state/$d.pid"
+  if [ "$d" = etcd ]; then
+    start_etcd
+    wait_for kube-apiserver 120 api_ready
+  else
+    start_apiserver
+  fi
+  exit 0 ;;
 start) ;;
-*) echo "usage: $0 build|start|stop|status|kubeconfig|env" >&2; exit 2 ;;
+*) echo "usage: $0 build|start|stop|status|restart etcd|kube-apiserver|kubeconfig|env" >&2; exit 2 ;;
 esac
 
 if ready; then echo "$kubeconfig"; exit 0; fi
@@ -318,50 +390,8 @@ current-context: virga
 EOF
 mv "$kubeconfig.tmp" "$kubeconfig"
 
-launch() { # launch NAME ARGS...: start a daemon in the background, its pid and log in $state
-  local name=$1
-  shift
-  nohup "$@" >"$logs/$name.log" 2>&1 &
-  echo $! >"$state/$name.pid"
-}
-
-wait_for() { # wait_for WHAT SECONDS COMMAND...
-  local what=$1 secs=$2
-  shift 2
-  local f
-  for _ in $(seq 1 $((secs * 5))); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    for f in "$state"/*.pid; do
-      if ! pid_alive "$f"; then
-        echo "$(basename "$f" .pid) exited: see $logs/$(basename "$f" .pid).log" >&2
-        stop_all
-        exit 1
-      fi
-    done
-    sleep 0.2
-  done
-  echo "$what not ready within $secs s: see $logs" >&2
-  stop_all
-  exit 1
-}
-
-launch etcd "$bin/etcd" --name virga --data-dir "$state/etcd" \
-  --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-  --listen-peer-urls "http://127.0.0.1:$((etcd_port + 10))" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 10))" \
-  --initial-cluster "virga=http://127.0.0.1:$((etcd_port + 10))" \
-  --listen-metrics-urls "" --unsafe-no-fsync --quota-backend-bytes 2147483648
-wait_for etcd 30 curl -fsS "http://127.0.0.1:$etcd_port/health"
-
-launch kube-apiserver "$bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
-  --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
-  --client-ca-file "$pki/ca.crt" --authorization-mode RBAC \
-  --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-  --service-account-issuer https://kubernetes.default.svc.cluster.local \
-  --service-cluster-ip-range 10.96.0.0/16 --cert-dir "$pki" --profiling=false \
-  --endpoint-reconciler-type none
-wait_for kube-apiserver 120 api_ready
+start_etcd
+start_apiserver
 
 launch kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kubeconfig" \
   --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
