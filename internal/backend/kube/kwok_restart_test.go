@@ -49,12 +49,13 @@ func TestKWOKWatchSurvivesRestarts(t *testing.T) {
 
 	ctx := context.Background()
 	dir := t.TempDir()
-	// Each attempt's trial waits for the file go in its directory.
+	// Each attempt's trial waits for the file go in its directory (5
+	// minutes at most, should the test be killed).
 	start := func(id int64, pool string) string {
 		t.Helper()
 		wd := filepath.Join(dir, strconv.FormatInt(id, 10))
 		sp := &backend.StartSpec{AttemptID: id, TrialID: id, ExperimentID: 1,
-			Argv: []string{"sh", "-c", "until [ -e go ]; do sleep 0.1; done"}, Workdir: wd, Dir: filepath.Join(wd, "attempt"),
+			Argv: []string{"sh", "-c", "i=0; until [ -e go ] || [ $((i += 1)) -gt 3000 ]; do sleep 0.1; done"}, Workdir: wd, Dir: filepath.Join(wd, "attempt"),
 			Resources: virga.Resources{CPU: 1, MemoryMB: 64}, Nodes: 1, ProcessesPerNode: 1, Pool: pool,
 			StopGrace: 2 * time.Second, Token: "restart",
 			ReportURL: fmt.Sprintf("http://127.0.0.1:9/api/v1/attempts/%d/report", id)}

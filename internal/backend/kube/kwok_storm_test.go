@@ -22,10 +22,11 @@ import (
 // stormTrial is the storm's trial: it resumes from its checkpoint (the
 // step it reached, in ckpt), notes the step it starts from in starts,
 // takes $STEPS steps of 0.2 s, checkpointing each, and ends once the file
-// ../release exists (when the storm is over).
+// ../release exists (when the storm is over; or after 5 minutes, should
+// the test be killed).
 const stormTrial = `n=$(cat ckpt 2>/dev/null || echo 0); echo "$n" >>starts
 while [ "$n" -lt "$STEPS" ]; do sleep 0.2; n=$((n+1)); echo "$n" >ckpt.tmp; mv ckpt.tmp ckpt; done
-until [ -e ../release ]; do sleep 1; done`
+i=0; until [ -e ../release ] || [ $((i += 1)) -gt 300 ]; do sleep 1; done`
 
 // TestKWOKSpotStorm runs trials on the spot pool of scripts/kube.sh's
 // cluster, as local processes (kwokKubelet), while the provider reclaims
