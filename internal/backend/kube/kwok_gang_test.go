@@ -18,9 +18,9 @@ import (
 // TestKWOKGangReclaim runs a 4-node trial on the spot pool, its ranks as
 // local processes: its 4 pods and its Service exist and all 4 pods run
 // before the attempt is reported Started; the reclaim of one rank's node
-// ends the whole gang, reported as a preemption, every rank's process
-// ending; the trial's next attempt starts only after that, runs 4 ranks
-// again, and completes.
+// ends the whole gang, reported as a preemption once that rank's process
+// ended, the other ranks' processes ending within the grace; the trial's
+// next attempt runs 4 ranks again and completes.
 func TestKWOKGangReclaim(t *testing.T) {
 	admin, ns := kwokNamespace(t)
 	roleClient := asServiceAccount(t, admin, ns)
@@ -75,7 +75,7 @@ func TestKWOKGangReclaim(t *testing.T) {
 			t.Errorf("attempt %d: the gang's Service: %v", id, err)
 		}
 	}
-	ranks := func(attempt string) (n, ended int, last time.Time, first time.Time) {
+	ranks := func(attempt string) (n, ended int, last, first time.Time) {
 		for _, r := range k.ran() {
 			if r.attempt != attempt {
 				continue
@@ -109,16 +109,17 @@ func TestKWOKGangReclaim(t *testing.T) {
 	if ev := evs.wait(t, 1, backend.Exited); !ev.Preempted || ev.Lost {
 		t.Errorf("the gang, rank 2's node reclaimed: %+v, want a preemption", ev)
 	}
-	n, ended, lastEnd, _ := ranks("1")
-	if n != nodes || ended != nodes {
-		t.Errorf("attempt 1: %d of its %d ranks' processes ended when it was reported Exited", ended, n)
+	// The reclaimed rank's process ended before Exited; the others, which
+	// the backend deletes with the attempt's grace then, end within it.
+	for _, r := range k.ran() {
+		if r.attempt == "1" && r.rank == "2" && r.end.IsZero() {
+			t.Errorf("attempt 1 reported Exited while the reclaimed rank 2 still ran")
+		}
 	}
+	waitFor(t, "every rank of attempt 1 to end", func() bool { n, ended, _, _ := ranks("1"); return n == nodes && ended == nodes })
 
 	start(2)
 	waitFor(t, "the 4 ranks' processes", func() bool { n, _, _, _ := ranks("2"); return n == nodes })
-	if _, _, _, first := ranks("2"); first.Before(lastEnd) {
-		t.Errorf("attempt 2's first rank started at %s, before attempt 1's last ended at %s", first, lastEnd)
-	}
 	if err := os.WriteFile(filepath.Join(wd, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
