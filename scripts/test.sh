@@ -3,8 +3,10 @@
 # installs what is missing (PostgreSQL of Debian's version, gcc for the race detector, Python with PyTorch, Optuna,
 # matplotlib and scikit-learn, Slurm), waiting for another apt to finish; starts PostgreSQL and a single-host Slurm
 # cluster (scripts/slurm.sh, which adds a line for its nodes to /etc/hosts), installs ONNX Runtime's library
-# (scripts/onnxruntime.sh), runs every Go test with the race
-# detector, the Python tests, and a short fuzz pass of every parser, then stops what it started.
+# (scripts/onnxruntime.sh), runs every Go test with the race detector, the Kubernetes backend's end-to-end tests
+# against a real control plane whose nodes KWOK plays (scripts/kube.sh, which builds it on the first run: about
+# 1,000 CPU-seconds from cold caches), the Python tests, and a short fuzz pass of every parser, then stops what it
+# started (on failure or interrupt too).
 #   scripts/test.sh            everything
 #   VIRGA_TEST_QUICK=1 ...     skip the fuzz pass
 set -euo pipefail
@@ -31,7 +33,9 @@ VIRGA_TEST_POSTGRES=$(scripts/postgres.sh start | tail -n 1)
 export VIRGA_TEST_POSTGRES
 started_slurm=0
 scripts/slurm.sh status >/dev/null 2>&1 || started_slurm=1
+started_kube=0
 cleanup() {
+  if [ "$started_kube" = 1 ]; then scripts/kube.sh stop; fi
   if [ "$started_slurm" = 1 ]; then scripts/slurm.sh stop; fi
   if [ "$started_pg" = 1 ]; then scripts/postgres.sh stop; fi
 }
@@ -63,6 +67,18 @@ echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/virga-go-test.log
 echo "== go test -race -tags kubernetes,cloud (cmd/virga's wiring of the drivers)"
 go test -race -tags kubernetes,cloud -run 'TestDriversOfThisBuild|TestCoreLinksNoDriverSDK' ./cmd/virga 2>&1 | tee -a /tmp/virga-go-test.log
+
+# The Kubernetes backend against a real control plane (etcd, kube-apiserver,
+# controller-manager, scheduler) whose nodes KWOK plays: scripts/kube.sh builds its
+# binaries on the first run (cached in ~/.cache/virga/kube; it prints its progress) and
+# starts it; what this script started is stopped on exit, failure or interrupt.
+echo "== Kubernetes end-to-end tests (scripts/kube.sh: a real control plane, 200 KWOK nodes)"
+scripts/kube.sh status >/dev/null 2>&1 || started_kube=1
+scripts/kube.sh start >/dev/null
+eval "$(scripts/kube.sh env)"
+go test -race -timeout 20m -run KWOK ./internal/backend/kube 2>&1 | tee -a /tmp/virga-go-test.log
+if [ "$started_kube" = 1 ]; then scripts/kube.sh stop; started_kube=0; fi
+unset KUBECONFIG VIRGA_TEST_KWOK
 
 echo "== python tests (SDK, the PyTorch example, the search benchmark's scorer and Optuna replay)"
 /usr/bin/python3 -m unittest discover -s sdk/python -t sdk/python

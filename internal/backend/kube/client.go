@@ -22,10 +22,84 @@ type Client struct {
 	// when in the cluster ("default" when neither says).
 	Namespace string
 	requests  atomic.Int64
+	byVerb    [len(verbs)]atomic.Int64
 }
+
+// verbs are the kinds of request Client counts apart: an API call's verb
+// as RBAC names it (list and watch are GETs of a collection, the latter
+// with watch=true), "other" for the rest (discovery, a subresource's POST).
+var verbs = [...]string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "other"}
 
 // Requests returns the number of HTTP requests sent so far.
 func (c *Client) Requests() int64 { return c.requests.Load() }
+
+// RequestsByVerb returns the number of requests sent so far of each verb
+// (get, list, watch, create, update, patch, delete, deletecollection,
+// other) that any were.
+func (c *Client) RequestsByVerb() map[string]int64 {
+	m := map[string]int64{}
+	for i, v := range verbs {
+		if n := c.byVerb[i].Load(); n > 0 {
+			m[v] = n
+		}
+	}
+	return m
+}
+
+// verbOf returns the index in verbs of r's verb: a request's path names a
+// collection (/api/v1/pods, /api/v1/namespaces/NS/pods,
+// /apis/GROUP/VERSION/namespaces/NS/RESOURCE) or an object in one (one
+// segment more), or a subresource of that object (another).
+func verbOf(r *http.Request) int {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	var rest []string // from the resource on
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		rest = parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		rest = parts[3:]
+	default:
+		return len(verbs) - 1
+	}
+	if len(rest) >= 3 && rest[0] == "namespaces" {
+		rest = rest[2:]
+	}
+	collection := len(rest) == 1
+	if len(rest) > 2 || len(rest) == 0 {
+		return len(verbs) - 1 // a subresource, or the namespaces' own root
+	}
+	verb := "other"
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case !collection:
+			verb = "get"
+		case r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1":
+			verb = "watch"
+		default:
+			verb = "list"
+		}
+	case http.MethodPost:
+		if collection {
+			verb = "create"
+		}
+	case http.MethodPut:
+		verb = "update"
+	case http.MethodPatch:
+		verb = "patch"
+	case http.MethodDelete:
+		verb = "delete"
+		if collection {
+			verb = "deletecollection"
+		}
+	}
+	for i, v := range verbs {
+		if v == verb {
+			return i
+		}
+	}
+	return len(verbs) - 1
+}
 
 // NewClient builds a client from the kubeconfig file at path, or, when path
 // is empty, from $KUBECONFIG (a list of files, as kubectl reads it) or
@@ -77,6 +151,7 @@ func NewClient(path string) (*Client, error) {
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			c.requests.Add(1)
+			c.byVerb[verbOf(r)].Add(1)
 			return rt.RoundTrip(r)
 		})
 	})

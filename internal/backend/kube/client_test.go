@@ -132,3 +132,29 @@ current-context: x
 	}
 	t.Logf("requests: %d %v", client.Requests(), api.paths)
 }
+
+func TestVerbOf(t *testing.T) {
+	for _, c := range []struct{ method, url, want string }{
+		{"GET", "/api/v1/namespaces/ns/pods?labelSelector=a%3Db&limit=500", "list"},
+		{"GET", "/api/v1/namespaces/ns/pods?watch=true&resourceVersion=7", "watch"},
+		{"GET", "/api/v1/namespaces/ns/pods/p-0", "get"},
+		{"GET", "/api/v1/nodes", "list"},
+		{"GET", "/api/v1/namespaces", "list"},
+		{"GET", "/api/v1/namespaces/ns", "get"},
+		{"GET", "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles?watch=1", "watch"},
+		{"POST", "/api/v1/namespaces/ns/pods", "create"},
+		{"POST", "/api/v1/namespaces/ns/serviceaccounts/virga/token", "other"},
+		{"PUT", "/api/v1/nodes/n", "update"},
+		{"PUT", "/api/v1/namespaces/ns/pods/p-0/status", "other"},
+		{"PATCH", "/api/v1/namespaces/ns/pods/p-0", "patch"},
+		{"DELETE", "/api/v1/namespaces/ns/pods/p-0", "delete"},
+		{"DELETE", "/api/v1/namespaces/ns/pods?labelSelector=a", "deletecollection"},
+		{"GET", "/version", "other"},
+		{"GET", "/apis", "other"},
+	} {
+		r := httptest.NewRequest(c.method, c.url, nil)
+		if got := verbs[verbOf(r)]; got != c.want {
+			t.Errorf("%s %s: %s, want %s", c.method, c.url, got, c.want)
+		}
+	}
+}

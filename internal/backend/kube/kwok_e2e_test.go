@@ -36,26 +36,8 @@ const kwokExitAnnotation = "virga.dev/kwok-exit-code"
 //
 //	scripts/kube.sh start && eval "$(scripts/kube.sh env)" && go test -run KWOK -v ./internal/backend/kube
 func TestKWOK(t *testing.T) {
-	if os.Getenv("VIRGA_TEST_KWOK") == "" {
-		t.Skip("KWOK suite skipped: VIRGA_TEST_KWOK is not set (scripts/kube.sh start; eval \"$(scripts/kube.sh env)\")")
-	}
-	client, err := NewClient("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, ns := kwokNamespace(t)
 	ctx := context.Background()
-	ns := fmt.Sprintf("virga-kwok-%d", time.Now().UnixNano()%1_000_000)
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	// Pods cannot be created before the controller-manager has made the
-	// namespace's default service account.
-	waitFor(t, "the default service account of "+ns, func() bool {
-		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil
-	})
 
 	// The backend runs as deploy/kubernetes's service account, under its Role.
 	roleClient := asServiceAccount(t, client, ns)
@@ -210,6 +192,34 @@ func TestKWOK(t *testing.T) {
 			t.Errorf("want exit code 3, got %+v", ev)
 		}
 	})
+}
+
+// kwokNamespace skips t unless VIRGA_TEST_KWOK is set; it returns an admin
+// client of the cluster KUBECONFIG names and a namespace of t's own, deleted
+// at its end, whose default service account exists.
+func kwokNamespace(t *testing.T) (*Client, string) {
+	t.Helper()
+	if os.Getenv("VIRGA_TEST_KWOK") == "" {
+		t.Skip("KWOK suite skipped: VIRGA_TEST_KWOK is not set (scripts/kube.sh start; eval \"$(scripts/kube.sh env)\")")
+	}
+	client, err := NewClient("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := fmt.Sprintf("virga-kwok-%d", time.Now().UnixNano()%1_000_000)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	// Pods cannot be created before the controller-manager has made the
+	// namespace's default service account.
+	waitFor(t, "the default service account of "+ns, func() bool {
+		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+	return client, ns
 }
 
 // asServiceAccount creates deploy/kubernetes/rbac.yaml's service account,
