@@ -245,7 +245,7 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 
 	// A slot of the pool a trial is moving to is kept for it while its
 	// attempt stops (the simulator moves a trial at once).
-	for _, ts := range es.trials {
+	for _, ts := range es.active {
 		if ts.attempt != nil && ts.stopping == stopMove && ts.moveTo != "" {
 			if i, ok := index[ts.moveTo]; ok {
 				e.Pools[i].Free = max(e.Pools[i].Free-1, 0)
@@ -256,8 +256,22 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	// Trials, and the search's progress.
 	prog := schedule.Progress{Lowest: math.MaxInt64, Overhead: overhead, Exhausted: es.exhausted, StepTime: step,
 		Reached: make([]int, len(shape.Rungs)), Passed: make([]int, len(shape.Rungs))}
+	// The settled trials' part (settled.go), then the others'.
+	sums := es.settle(shape)
+	prog.Steps += sums.steps
+	e.Done += sums.done + time.Duration(sums.unmeasured)*step
+	for k := range shape.Rungs {
+		prog.Reached[k] += sums.reached[k]
+		prog.Passed[k] += sums.passed[k]
+	}
+	prog.Attempts += sums.attempts
+	prog.Ended += sums.ended
+	prog.EndedSteps += sums.endedSteps
+	for kept := range sums.lowest {
+		prog.Lowest = min(prog.Lowest, kept)
+	}
 	var means []time.Duration
-	for _, ts := range es.trials {
+	for _, ts := range es.active {
 		t := ts.t
 		kept := keptStep(ts)
 		own := ts.speed.stepTime()
@@ -321,9 +335,9 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	if prog.Lowest == math.MaxInt64 {
 		prog.Lowest = 0
 	}
-	if len(means) > 0 {
+	if n := len(means) + len(sums.means); n > 0 {
 		slices.Sort(means)
-		prog.Slow = means[min(len(means)-1, int(math.Ceil(slowQuantile*float64(len(means))))-1)]
+		prog.Slow = quantile(means, sums.means, min(n-1, int(math.Ceil(slowQuantile*float64(n)))-1))
 	}
 	e.Left, e.Chain = shape.EstimateWork(prog)
 	return v
@@ -366,7 +380,7 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 	es.pol.fallback = ""
 	// 1. Trials wait or run up to max_concurrent, as in the simulator.
 	live := 0
-	for _, ts := range es.trials {
+	for _, ts := range es.active { // settled trials neither run nor wait
 		if ts.attempt != nil || ts.t.State == virga.TrialQueued {
 			live++
 		}
