@@ -236,4 +236,3 @@ func (c *Controller) snapshotEveryTrial(es *expState, pools []backend.PoolStatus
 	e.Left, e.Chain = shape.EstimateWork(prog)
 	return v
 }
-
