@@ -1,6 +1,7 @@
 package control
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -351,16 +352,33 @@ const slowQuantile = 0.75
 // where they run, and the pools' state.
 func digest(e *schedule.Experiment, trials []*trialState) uint64 {
 	h := fnv.New64a()
-	var b []byte
+	b := make([]byte, 0, 16*(len(e.Trials)+len(e.Pools))+1)
 	for i, t := range e.Trials {
-		b = fmt.Appendf(b[:0], "t%d,%d,%t,%t;", trials[i].t.Seq, t.Pool, t.Starting > 0, t.Final)
-		h.Write(b)
+		b = append(b, 't')
+		b = binary.AppendVarint(b, int64(trials[i].t.Seq))
+		b = binary.AppendVarint(b, int64(t.Pool))
+		b = append(b, flags(t.Starting > 0, t.Final))
 	}
 	for _, p := range e.Pools {
-		b = fmt.Appendf(b[:0], "p%d,%d,%t,%t;", p.Slots, p.Free, p.Up, p.Reclaiming)
-		h.Write(b)
+		b = append(b, 'p')
+		b = binary.AppendVarint(b, int64(p.Slots))
+		b = binary.AppendVarint(b, int64(p.Free))
+		b = append(b, flags(p.Up, p.Reclaiming))
 	}
+	h.Write(b)
 	return h.Sum64()
+}
+
+// flags packs two booleans in a byte.
+func flags(a, b bool) byte {
+	var f byte
+	if a {
+		f |= 1
+	}
+	if b {
+		f |= 2
+	}
+	return f
 }
 
 // schedulePolicy fills es's free concurrency with the searcher's proposals
