@@ -52,7 +52,7 @@ func (c *Controller) recoverSpend(ctx context.Context, es *expState) error {
 func (c *Controller) committed(es *expState, until time.Time, run time.Duration) float64 {
 	total := es.spent
 	res := resources(es.spec)
-	for _, ts := range es.trials {
+	for _, ts := range es.active { // settled trials have no attempt
 		a := ts.attempt
 		if a == nil || a.Backend == apiBackend {
 			continue

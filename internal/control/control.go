@@ -143,6 +143,13 @@ type Config struct {
 	// deferred work are checked only when Step is called, by a driver that
 	// moves a fake clock itself (a simulation, internal/sim).
 	NoTicker bool
+	// Volatile says no server will ever recover from Store (the
+	// simulator's in-memory store, dropped when its run ends). The loop
+	// then writes an experiment's searcher snapshot only when the
+	// experiment ends or the loop stops, instead of with every commit
+	// that changed it: recovery restores the searcher from that snapshot,
+	// so a store that is recovered from must not be volatile.
+	Volatile bool
 }
 
 // Controller runs the control loop. Create it with New and run it with Run.
@@ -194,6 +201,11 @@ type expState struct {
 	exhausted bool
 	dirty     bool // searcher state changed since the last commit
 	trials    []*trialState
+	// active holds the trials of trials that are not settled (settled.go),
+	// in the same order; settled sums the others' parts of the policy's
+	// snapshot. Every trial with an attempt or waiting for one is active.
+	active  []*trialState
+	settled settledSums
 	// spent is the cost of the experiment's ended attempts; runs and runTime
 	// count its attempts that succeeded and their run time (the expected
 	// run of the next one, for the budget).
@@ -240,6 +252,10 @@ type trialState struct {
 	// moveTo is the pool the policy moves the trial to while its attempt
 	// stops (stopMove; "" to wait): a slot there is kept for it.
 	moveTo string
+	// idx is the trial's place in its experiment's trials; part is what
+	// it adds to the experiment's settledSums while settled (nil: active).
+	idx  int
+	part *settledPart
 }
 
 // progressInterval bounds how often a reporting trial's row is rewritten.

@@ -197,6 +197,8 @@ type harness struct {
 	// and what it knows of the pools.
 	policy   schedule.ExperimentPolicy
 	poolInfo map[string]control.PoolInfo
+	// volatile is the controller's Config.Volatile.
+	volatile bool
 }
 
 func newHarness(t *testing.T) *harness {
@@ -229,7 +231,7 @@ func (h *harness) start(be backend.Backend) {
 	h.be.clk = h.clk
 	ctl, err := control.New(control.Config{Store: h.st, Backend: be, Checkpoints: h.ck, DataDir: h.dir,
 		ReportBase: "http://127.0.0.1:1", Secret: []byte("test secret"), TickInterval: h.tick, Pricer: h.pricer, Clock: h.clock(), Place: h.place,
-		Policy: h.policy, PoolInfo: h.poolInfo})
+		Policy: h.policy, PoolInfo: h.poolInfo, Volatile: h.volatile})
 	if err != nil {
 		h.t.Fatal(err)
 	}

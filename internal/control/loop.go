@@ -267,7 +267,9 @@ func (c *Controller) commit(ctx context.Context, it *iteration) error {
 			it.touchTrial(ts)
 		}
 	}
-	// 2. Searcher snapshots are written when they changed.
+	// 2. Searcher snapshots are written when they changed (on a volatile
+	// store, only once the experiment ends or the loop stops: nothing
+	// recovers from it).
 	cands := map[*expState]bool{}
 	for es := range it.exps {
 		cands[es] = true
@@ -278,8 +280,13 @@ func (c *Controller) commit(ctx context.Context, it *iteration) error {
 	for ts := range it.reported {
 		cands[ts.exp] = true
 	}
+	if c.flushAll {
+		for _, es := range c.exps {
+			cands[es] = true
+		}
+	}
 	for es := range cands {
-		if !es.dirty {
+		if !es.dirty || c.cfg.Volatile && !c.flushAll && !es.exp.State.Terminal() {
 			continue
 		}
 		snap, err := es.searcher.Snapshot()
@@ -605,7 +612,7 @@ func (c *Controller) maybeFinish(it *iteration, es *expState) {
 	if es.exp.State.Terminal() {
 		return
 	}
-	for _, ts := range es.trials {
+	for _, ts := range es.active { // settled trials have no attempt
 		if ts.attempt != nil {
 			return
 		}
@@ -857,7 +864,7 @@ func (c *Controller) propose(it *iteration, es *expState, running int) *trialSta
 	if p.Parent != 0 {
 		c.inherit(ts, p.Parent)
 	}
-	es.trials = append(es.trials, ts)
+	es.addTrial(ts)
 	return ts
 }
 
@@ -885,7 +892,7 @@ func (c *Controller) inherit(ts *trialState, parentID int64) {
 // running counts the experiment's trials with a live attempt.
 func running(es *expState) int {
 	n := 0
-	for _, ts := range es.trials {
+	for _, ts := range es.active {
 		if ts.attempt != nil {
 			n++
 		}
@@ -894,7 +901,7 @@ func running(es *expState) int {
 }
 
 func hasLive(es *expState) bool {
-	for _, ts := range es.trials {
+	for _, ts := range es.active {
 		if ts.attempt != nil || ts.t.State == virga.TrialQueued {
 			return true
 		}

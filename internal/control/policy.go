@@ -1,6 +1,7 @@
 package control
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -316,7 +317,7 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 
 	// A slot of the pool a trial is moving to is kept for it while its
 	// attempt stops (the simulator moves a trial at once).
-	for _, ts := range es.trials {
+	for _, ts := range es.active {
 		if ts.attempt != nil && ts.stopping == stopMove && ts.moveTo != "" {
 			if i, ok := index[ts.moveTo]; ok {
 				e.Pools[i].Free = max(e.Pools[i].Free-1, 0)
@@ -327,8 +328,22 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	// Trials, and the search's progress.
 	prog := schedule.Progress{Lowest: math.MaxInt64, Overhead: overhead, Exhausted: es.exhausted, StepTime: step,
 		Reached: make([]int, len(shape.Rungs)), Passed: make([]int, len(shape.Rungs))}
+	// The settled trials' part (settled.go), then the others'.
+	sums := es.settle(shape)
+	prog.Steps += sums.steps
+	e.Done += sums.done + time.Duration(sums.unmeasured)*step
+	for k := range shape.Rungs {
+		prog.Reached[k] += sums.reached[k]
+		prog.Passed[k] += sums.passed[k]
+	}
+	prog.Attempts += sums.attempts
+	prog.Ended += sums.ended
+	prog.EndedSteps += sums.endedSteps
+	for kept := range sums.lowest {
+		prog.Lowest = min(prog.Lowest, kept)
+	}
 	var means []time.Duration
-	for _, ts := range es.trials {
+	for _, ts := range es.active {
 		t := ts.t
 		kept := keptStep(ts)
 		own := ts.speed.stepTime()
@@ -392,9 +407,9 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	if prog.Lowest == math.MaxInt64 {
 		prog.Lowest = 0
 	}
-	if len(means) > 0 {
+	if n := len(means) + len(sums.means); n > 0 {
 		slices.Sort(means)
-		prog.Slow = means[min(len(means)-1, int(math.Ceil(slowQuantile*float64(len(means))))-1)]
+		prog.Slow = quantile(means, sums.means, min(n-1, int(math.Ceil(slowQuantile*float64(n)))-1))
 	}
 	e.Left, e.Chain = shape.EstimateWork(prog)
 	return v
@@ -408,16 +423,33 @@ const slowQuantile = 0.75
 // where they run, and the pools' state.
 func digest(e *schedule.Experiment, trials []*trialState) uint64 {
 	h := fnv.New64a()
-	var b []byte
+	b := make([]byte, 0, 16*(len(e.Trials)+len(e.Pools))+1)
 	for i, t := range e.Trials {
-		b = fmt.Appendf(b[:0], "t%d,%d,%t,%t;", trials[i].t.Seq, t.Pool, t.Starting > 0, t.Final)
-		h.Write(b)
+		b = append(b, 't')
+		b = binary.AppendVarint(b, int64(trials[i].t.Seq))
+		b = binary.AppendVarint(b, int64(t.Pool))
+		b = append(b, flags(t.Starting > 0, t.Final))
 	}
 	for _, p := range e.Pools {
-		b = fmt.Appendf(b[:0], "p%d,%d,%t,%t;", p.Slots, p.Free, p.Up, p.Reclaiming)
-		h.Write(b)
+		b = append(b, 'p')
+		b = binary.AppendVarint(b, int64(p.Slots))
+		b = binary.AppendVarint(b, int64(p.Free))
+		b = append(b, flags(p.Up, p.Reclaiming))
 	}
+	h.Write(b)
 	return h.Sum64()
+}
+
+// flags packs two booleans in a byte.
+func flags(a, b bool) byte {
+	var f byte
+	if a {
+		f |= 1
+	}
+	if b {
+		f |= 2
+	}
+	return f
 }
 
 // schedulePolicy fills es's free concurrency with the searcher's proposals
@@ -437,7 +469,7 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 	es.pol.fallback = ""
 	// 1. Trials wait or run up to max_concurrent, as in the simulator.
 	live := 0
-	for _, ts := range es.trials {
+	for _, ts := range es.active { // settled trials neither run nor wait
 		if ts.attempt != nil || ts.t.State == virga.TrialQueued {
 			live++
 		}

@@ -204,7 +204,7 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 		}
 		for _, t := range trials {
 			ts := &trialState{t: t, exp: es}
-			es.trials = append(es.trials, ts)
+			es.addTrial(ts)
 			if t.State.Terminal() {
 				// The searcher was told it ended; the experiment policy
 				// still learns the step time from it.

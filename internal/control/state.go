@@ -32,6 +32,7 @@ func (c *Controller) setTrial(it *iteration, ts *trialState, to virga.TrialState
 	if ended {
 		c.met.trialsEnded.WithLabelValues(string(to)).Inc()
 	}
+	ts.unsettle()
 	it.touchTrial(ts)
 	return true
 }

@@ -143,7 +143,7 @@ func RunLoop(cfg ExperimentConfig) (*ExperimentResult, error) {
 	ctl, err := control.New(control.Config{Store: st, Backend: b, Checkpoints: simb.Checkpoints{}, DataDir: dir,
 		ReportBase: "http://sim.invalid", Secret: []byte("sim"), Pricer: (&capacity.Set{Pools: cfg.Pools}).Pricer(),
 		Policy: cfg.Policy, PoolInfo: info, Clock: clk, Rand: rand.New(rand.NewPCG(seed, 1)),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TickInterval: tick, NoTicker: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TickInterval: tick, NoTicker: true, Volatile: true,
 		NewSearcher: func(e *spec.Experiment, _ uint64) (search.Searcher, error) { return search.New(e, seed) }})
 	if err != nil {
 		return nil, err
