@@ -39,8 +39,12 @@ func TestLoopOnDemandRun(t *testing.T) {
 	if r.Decisions == 0 || r.Events != 8 {
 		t.Errorf("passes %d, events %d: want some, and 8 (a start and an exit per attempt)", r.Decisions, r.Events)
 	}
+	// The outcome repeats exactly. The count of loop passes does not: it
+	// is how many of the backend's wake-ups one pass took in together,
+	// which depends on goroutine scheduling (a wake-up that lands during a
+	// pass makes one more pass, with nothing new to decide).
 	again := loopRun(t, smallExperiment, cfg)
-	if diff := cmp.Diff(r, again); diff != "" {
+	if diff := cmp.Diff(r, again, cmpopts.IgnoreFields(ExperimentResult{}, "Decisions")); diff != "" {
 		t.Errorf("a second run differs (-first +second):\n%s", diff)
 	}
 }
