@@ -116,11 +116,14 @@ func TestMetricsOfARealExperiment(t *testing.T) {
 	before := scrape(t, s.URL, "")
 	reportsBefore, _ := sample(before, "virga_reports_total", nil)
 
-	// Each trial reports three times (a checkpoint with the second report),
-	// waits for the marker, at most 30 s, then exits 0.
+	// Each trial reports three times (a checkpoint with the second report,
+	// or with the first if the shim reads that line after the file is in
+	// place: it is written beside the directory and moved in whole, so
+	// there is one checkpoint either way), waits for the marker, at most
+	// 30 s, then exits 0.
 	marker := filepath.Join(t.TempDir(), "go")
 	y := `name: metrics
-entrypoint: [sh, -c, 'echo "VIRGA_METRIC {\"step\":1,\"metrics\":{\"loss\":0.9}}"; echo w > "$VIRGA_CHECKPOINT_DIR/w"; echo "VIRGA_METRIC {\"step\":2,\"metrics\":{\"loss\":0.5}}"; i=0; while [ ! -e ` + marker + ` ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo "VIRGA_METRIC {\"step\":3,\"metrics\":{\"loss\":0.25}}"']
+entrypoint: [sh, -c, 'echo "VIRGA_METRIC {\"step\":1,\"metrics\":{\"loss\":0.9}}"; f=$(mktemp -p "$(dirname "$VIRGA_CHECKPOINT_DIR")"); echo w > "$f"; mv "$f" "$VIRGA_CHECKPOINT_DIR/w"; echo "VIRGA_METRIC {\"step\":2,\"metrics\":{\"loss\":0.5}}"; i=0; while [ ! -e ` + marker + ` ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo "VIRGA_METRIC {\"step\":3,\"metrics\":{\"loss\":0.25}}"']
 hyperparameters:
   x: {type: float, min: 0, max: 1}
 searcher: random
