@@ -42,18 +42,7 @@ func TestKWOK(t *testing.T) {
 	// The backend runs as deploy/kubernetes's service account, under its Role.
 	roleClient := asServiceAccount(t, client, ns)
 
-	onDemand, err := OnDemandSelector(Karpenter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spot, err := SpotSelector(Karpenter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := virga.Resources{CPU: 32, MemoryMB: 128 << 10}
-	pools := []Pool{{Name: "on-demand", Node: node, Nodes: 100}, {Name: "spot", Node: node, Nodes: 100, Spot: true}}
-	onDemand.Apply(&pools[0])
-	spot.Apply(&pools[1])
+	pools := karpenterPools(t, virga.Resources{CPU: 32, MemoryMB: 128 << 10}, 100, 100)
 	cfg := Config{Namespace: ns, Image: "virga:kwok", Instance: "kwok", Pools: pools, FinishedTTL: time.Second}
 	b, err := New(roleClient, cfg)
 	if err != nil {
@@ -309,4 +298,32 @@ func untaint(t *testing.T, client *Client, name, key string) {
 			return
 		}
 	}
+}
+
+// karpenterPools is an on-demand pool of onDemand nodes and a spot pool of
+// spot nodes (each left out when 0), selecting scripts/kube.sh's KWOK nodes
+// by Karpenter's capacity-type label.
+func karpenterPools(t *testing.T, node virga.Resources, onDemand, spot int) []Pool {
+	t.Helper()
+	var pools []Pool
+	for _, p := range []struct {
+		name  string
+		nodes int
+		spot  bool
+	}{{"on-demand", onDemand, false}, {"spot", spot, true}} {
+		if p.nodes == 0 {
+			continue
+		}
+		sel, err := OnDemandSelector(Karpenter)
+		if p.spot {
+			sel, err = SpotSelector(Karpenter)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := Pool{Name: p.name, Node: node, Nodes: p.nodes, Spot: p.spot}
+		sel.Apply(&pool)
+		pools = append(pools, pool)
+	}
+	return pools
 }

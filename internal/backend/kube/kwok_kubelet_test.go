@@ -37,19 +37,8 @@ func TestKWOKConformance(t *testing.T) {
 	admin, ns := kwokNamespace(t)
 	roleClient := asServiceAccount(t, admin, ns)
 	newKWOKKubelet(t, admin, ns)
-	onDemand, err := OnDemandSelector(Karpenter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spot, err := SpotSelector(Karpenter)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Virga's own accounting is of these pools; the fake nodes are larger.
-	node := virga.Resources{CPU: 1, MemoryMB: 256}
-	pools := []Pool{{Name: "on-demand", Node: node, Nodes: 3}, {Name: "spot", Node: node, Nodes: 2, Spot: true}}
-	onDemand.Apply(&pools[0])
-	spot.Apply(&pools[1])
+	pools := karpenterPools(t, virga.Resources{CPU: 1, MemoryMB: 256}, 3, 2)
 	backendtest.Run(t, backendtest.Harness{
 		New: func(t *testing.T) backend.Backend {
 			b, err := New(roleClient, Config{Namespace: ns, Image: "virga:kwok", Instance: "conformance", Pools: pools})

@@ -27,18 +27,7 @@ func TestKWOKWatchSurvivesRestarts(t *testing.T) {
 	admin, ns := kwokNamespace(t)
 	roleClient := asServiceAccount(t, admin, ns)
 	k := newKWOKKubelet(t, admin, ns)
-	onDemand, err := OnDemandSelector(Karpenter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spot, err := SpotSelector(Karpenter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := virga.Resources{CPU: 32, MemoryMB: 128 << 10}
-	pools := []Pool{{Name: "on-demand", Node: node, Nodes: 100}, {Name: "spot", Node: node, Nodes: 100, Spot: true}}
-	onDemand.Apply(&pools[0])
-	spot.Apply(&pools[1])
+	pools := karpenterPools(t, virga.Resources{CPU: 32, MemoryMB: 128 << 10}, 100, 100)
 	b, err := New(roleClient, Config{Namespace: ns, Image: "virga:kwok", Instance: "restart", Pools: pools,
 		FinishedTTL: time.Second})
 	if err != nil {

@@ -58,18 +58,7 @@ func TestKWOKScale(t *testing.T) {
 		return ready >= 300
 	})
 
-	onDemand, err := OnDemandSelector(Karpenter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spot, err := SpotSelector(Karpenter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := virga.Resources{CPU: 32, MemoryMB: 128 << 10}
-	pools := []Pool{{Name: "on-demand", Node: node, Nodes: 200}, {Name: "spot", Node: node, Nodes: 100, Spot: true}}
-	onDemand.Apply(&pools[0])
-	spot.Apply(&pools[1])
+	pools := karpenterPools(t, virga.Resources{CPU: 32, MemoryMB: 128 << 10}, 200, 100)
 	b, err := New(roleClient, Config{Namespace: ns, Image: "virga:kwok", Instance: "scale", Pools: pools,
 		FinishedTTL: time.Second})
 	if err != nil {

@@ -43,12 +43,7 @@ func TestKWOKSpotStorm(t *testing.T) {
 	admin, ns := kwokNamespace(t)
 	roleClient := asServiceAccount(t, admin, ns)
 	k := newKWOKKubelet(t, admin, ns)
-	spot, err := SpotSelector(Karpenter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pools := []Pool{{Name: "spot", Node: virga.Resources{CPU: 32, MemoryMB: 128 << 10}, Nodes: 100, Spot: true}}
-	spot.Apply(&pools[0])
+	pools := karpenterPools(t, virga.Resources{CPU: 32, MemoryMB: 128 << 10}, 0, 100)
 	b, err := New(roleClient, Config{Namespace: ns, Image: "virga:kwok", Instance: "storm", Pools: pools,
 		FinishedTTL: time.Second})
 	if err != nil {
