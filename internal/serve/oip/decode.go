@@ -40,19 +40,24 @@ type outputJSON struct {
 // datatype's Go slice: this is on every request's path
 // (BenchmarkDecodeInfer). The small fields go through encoding/json.
 func decodeInfer(body []byte, model, version string) (*serve.Request, error) {
-	r, _, err := decodeInferBody(body, -1, model, version)
+	r, _, err := decodeInferBody(body, -1, model, version, nil)
 	return r, err
 }
 
 // binaryOutputs says which outputs to answer as binary data (Triton's
 // binary tensor data extension): the request's binary_data_output, unless
-// the output's own binary_data says otherwise.
+// the output's own binary_data says otherwise; and which to write into a
+// shared-memory region instead (shm).
 type binaryOutputs struct {
 	all  bool
 	each map[string]bool
+	shm  map[string]shmRef
 }
 
 func (b binaryOutputs) binary(name string) bool {
+	if _, ok := b.shm[name]; ok {
+		return false
+	}
 	if v, ok := b.each[name]; ok {
 		return v
 	}
@@ -64,7 +69,9 @@ func (b binaryOutputs) binary(name string) bool {
 // that give a binary_data_size, in their order (Triton's binary tensor
 // data extension, announced by the Inference-Header-Content-Length
 // header); jsonLen < 0 means the body is JSON only.
-func decodeInferBody(body []byte, jsonLen int, model, version string) (*serve.Request, binaryOutputs, error) {
+//
+// Inputs and outputs may name regions of shm (nil: none are served).
+func decodeInferBody(body []byte, jsonLen int, model, version string, shm *SharedMemory) (*serve.Request, binaryOutputs, error) {
 	var bo binaryOutputs
 	var bin []byte
 	if jsonLen >= 0 {
@@ -73,11 +80,11 @@ func decodeInferBody(body []byte, jsonLen int, model, version string) (*serve.Re
 		}
 		body, bin = body[:jsonLen], body[jsonLen:]
 	}
-	r, bo, err := decodeInferJSON(body, bin, jsonLen >= 0, model, version)
+	r, bo, err := decodeInferJSON(body, bin, jsonLen >= 0, model, version, shm)
 	return r, bo, err
 }
 
-func decodeInferJSON(body, bin []byte, hasBinary bool, model, version string) (*serve.Request, binaryOutputs, error) {
+func decodeInferJSON(body, bin []byte, hasBinary bool, model, version string, shm *SharedMemory) (*serve.Request, binaryOutputs, error) {
 	var bo binaryOutputs
 	l := &lexer{b: body}
 	if l.ws(); l.i == len(body) {
@@ -159,7 +166,25 @@ func decodeInferJSON(body, bin []byte, hasBinary bool, model, version string) (*
 			return nil, bo, err
 		}
 		var data any
-		if p, ok := tp["binary_data_size"]; ok {
+		ref, inShm, err := sharedMemoryRef(f+".parameters", tp)
+		if err != nil {
+			return nil, bo, err
+		}
+		if inShm {
+			if _, ok := tp["binary_data_size"]; ok {
+				return nil, bo, serve.Inputf(f+".parameters.binary_data_size", "given with shared_memory_region (send the tensor's data one way)")
+			}
+			if x.Data != nil {
+				return nil, bo, serve.Inputf(f+".data", "given with shared_memory_region (send the tensor's data one way)")
+			}
+			n, err := elements(f+".shape", x.Shape, 1<<40)
+			if err != nil {
+				return nil, bo, err
+			}
+			if data, err = shm.read(f, ref, x.Datatype, x.Shape, n); err != nil {
+				return nil, bo, err
+			}
+		} else if p, ok := tp["binary_data_size"]; ok {
 			pf := f + ".parameters.binary_data_size"
 			if !hasBinary {
 				return nil, bo, serve.Inputf(pf, "binary data needs the Inference-Header-Content-Length header (the length of the JSON object before it)")
@@ -211,6 +236,22 @@ func decodeInferJSON(body, bin []byte, hasBinary bool, model, version string) (*
 			}
 			if err := checkTensorParams(f+".parameters", op); err != nil {
 				return nil, bo, err
+			}
+			ref, inShm, err := sharedMemoryRef(f+".parameters", op)
+			if err != nil {
+				return nil, bo, err
+			}
+			if inShm {
+				if _, ok := op["binary_data"]; ok {
+					return nil, bo, serve.Inputf(f+".parameters.binary_data", "given with shared_memory_region (an output goes one way)")
+				}
+				if err := shm.checkRef(f+".parameters", ref); err != nil {
+					return nil, bo, err
+				}
+				if bo.shm == nil {
+					bo.shm = make(map[string]shmRef)
+				}
+				bo.shm[o.Name] = ref
 			}
 			if p, ok := op["binary_data"]; ok {
 				if p.kind != kindBool {

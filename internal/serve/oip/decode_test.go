@@ -196,7 +196,7 @@ func FuzzDecodeInferBinary(f *testing.F) {
 	f.Add(append([]byte(binaryExampleJSON), bin...), len(binaryExampleJSON))
 	f.Add([]byte(`{"inputs":[{"name":"s","shape":[2],"datatype":"BYTES","parameters":{"binary_data_size":9}}]}`+"\x01\x00\x00\x00a\x00\x00\x00\x00"), 92)
 	f.Fuzz(func(t *testing.T, body []byte, jsonLen int) {
-		r, _, err := decodeInferBody(body, jsonLen, "mymodel", "")
+		r, _, err := decodeInferBody(body, jsonLen, "mymodel", "", nil)
 		if err != nil {
 			if _, ok := err.(*serve.InputError); !ok {
 				t.Fatalf("error %T %v is not an InputError", err, err)

@@ -42,6 +42,18 @@ func appendInferResponse(b []byte, r *serve.Response, bo binaryOutputs) (_ []byt
 			}
 			b = strconv.AppendInt(b, d, 10)
 		}
+		if ref, ok := bo.shm[t.Name]; ok {
+			b = append(b, `],"parameters":{"shared_memory_region":`...)
+			b = appendString(b, ref.region)
+			b = append(b, `,"shared_memory_byte_size":`...)
+			b = strconv.AppendInt(b, int64(rawSize(t.Datatype, t.Data)), 10)
+			if ref.offset != 0 {
+				b = append(b, `,"shared_memory_offset":`...)
+				b = strconv.AppendUint(b, ref.offset, 10)
+			}
+			b = append(b, "}}"...)
+			continue
+		}
 		if bo.binary(t.Name) {
 			anyBinary = true
 			b = append(b, `],"parameters":{"binary_data_size":`...)

@@ -65,11 +65,10 @@ func (p param) nonNegInt(field string, max uint64) (uint64, error) {
 // unsupportedParams are parameters of Triton's that change what a request
 // means and that Virga does not implement: refused rather than ignored.
 var unsupportedParams = map[string]string{
-	"sequence_id":          "sequence batching",
-	"sequence_start":       "sequence batching",
-	"sequence_end":         "sequence batching",
-	"classification":       "the classification extension",
-	"shared_memory_region": "the shared-memory extension",
+	"sequence_id":    "sequence batching",
+	"sequence_start": "sequence batching",
+	"sequence_end":   "sequence batching",
+	"classification": "the classification extension",
 }
 
 // maxTimeoutMicros bounds the timeout parameter (about 292 years would

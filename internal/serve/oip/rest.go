@@ -39,6 +39,10 @@ type Options struct {
 	MaxBody int64
 	// Now stamps each request's arrival; nil means time.Now.
 	Now func() time.Time
+	// SharedMemory holds the regions of the system shared memory
+	// extension; give the REST and gRPC front ends of one server the same.
+	// nil means a front end makes its own.
+	SharedMemory *SharedMemory
 }
 
 func (o Options) withDefaults() Options {
@@ -47,6 +51,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.SharedMemory == nil {
+		o.SharedMemory = NewSharedMemory()
 	}
 	return o
 }
@@ -76,6 +83,11 @@ func NewHandler(svc serve.Service, opts Options) *Handler {
 	m.HandleFunc("POST /v2/repository/index", h.index)
 	m.HandleFunc("POST /v2/repository/models/{model}/load", h.load)
 	m.HandleFunc("POST /v2/repository/models/{model}/unload", h.unload)
+	m.HandleFunc("GET /v2/systemsharedmemory/status", h.shmStatus)
+	m.HandleFunc("GET /v2/systemsharedmemory/region/{region}/status", h.shmStatus)
+	m.HandleFunc("POST /v2/systemsharedmemory/region/{region}/register", h.shmRegister)
+	m.HandleFunc("POST /v2/systemsharedmemory/unregister", h.shmUnregister)
+	m.HandleFunc("POST /v2/systemsharedmemory/region/{region}/unregister", h.shmUnregister)
 	return h
 }
 
@@ -193,7 +205,7 @@ func (h *Handler) serverMetadata(w http.ResponseWriter, r *http.Request) {
 	md := h.svc.Metadata()
 	// The extensions this front end implements over REST, whatever the Service says.
 	md.Extensions = slices.Clone(md.Extensions)
-	for _, x := range []string{"model_repository", "binary_tensor_data"} {
+	for _, x := range []string{"model_repository", "binary_tensor_data", "system_shared_memory"} {
 		if !slices.Contains(md.Extensions, x) {
 			md.Extensions = append(md.Extensions, x)
 		}
@@ -303,7 +315,7 @@ func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, bo, err := decodeInferBody(body, jsonLen, r.PathValue("model"), r.PathValue("version"))
+	req, bo, err := decodeInferBody(body, jsonLen, r.PathValue("model"), r.PathValue("version"), h.opts.SharedMemory)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
@@ -316,6 +328,10 @@ func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := finishResponse(req, resp); err != nil {
 		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	if err := writeSharedOutputs(h.opts.SharedMemory, resp, bo.shm, req.Outputs); err != nil {
+		writeError(w, statusOf(err), err)
 		return
 	}
 	buf.Reset()
@@ -472,3 +488,37 @@ func statusOf(err error) int {
 }
 
 var _ http.Handler = (*Handler)(nil)
+
+// ShmRegisterRequest is the body of POST
+// v2/systemsharedmemory/region/{name}/register.
+type ShmRegisterRequest struct {
+	Key      string `json:"key"`
+	Offset   uint64 `json:"offset"`
+	ByteSize uint64 `json:"byte_size"`
+}
+
+func (h *Handler) shmStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := h.opts.SharedMemory.Status(r.PathValue("region"))
+	if err != nil {
+		writeError(w, http.StatusNotFound, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (h *Handler) shmRegister(w http.ResponseWriter, r *http.Request) {
+	var in ShmRegisterRequest
+	if !h.decodeOptional(w, r, &in) {
+		return
+	}
+	if err := h.opts.SharedMemory.Register(r.PathValue("region"), in.Key, in.Offset, in.ByteSize); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (h *Handler) shmUnregister(w http.ResponseWriter, r *http.Request) {
+	h.opts.SharedMemory.Unregister(r.PathValue("region"))
+	w.WriteHeader(http.StatusOK)
+}

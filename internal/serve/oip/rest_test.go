@@ -158,8 +158,8 @@ func TestHealthAndMetadata(t *testing.T) {
 	}{
 		{"/v2/health/live", 200, `{"live":true}`},
 		{"/v2/health/ready", 200, `{"ready":true}`},
-		{"/v2", 200, `{"name":"virga","version":"test","extensions":["model_repository","binary_tensor_data"]}`},
-		{"/v2/", 200, `{"name":"virga","version":"test","extensions":["model_repository","binary_tensor_data"]}`},
+		{"/v2", 200, `{"name":"virga","version":"test","extensions":["model_repository","binary_tensor_data","system_shared_memory"]}`},
+		{"/v2/", 200, `{"name":"virga","version":"test","extensions":["model_repository","binary_tensor_data","system_shared_memory"]}`},
 		{"/v2/models/sum", 200, `{"name":"sum","versions":["1"],"platform":"virga_test",
 			"inputs":[{"name":"x","datatype":"FP32","shape":[-1,4]}],
 			"outputs":[{"name":"sum","datatype":"FP64","shape":[-1]},{"name":"double","datatype":"FP32","shape":[-1,4]}]}`},
