@@ -273,7 +273,8 @@ func runServe(ctx context.Context, g *globals, f serveFlags) error {
 	}
 	defer eng.Close()
 
-	var opts oip.Options
+	opts := oip.Options{SharedMemory: oip.NewSharedMemory()} // one set of regions for REST and gRPC
+	defer opts.SharedMemory.Close()
 	offLoopback := (f.httpAddr != "" && !isLoopback(f.httpAddr)) || (f.grpcAddr != "" && !isLoopback(f.grpcAddr))
 	if offLoopback {
 		tok := g.tokenFor(g.dataDir)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -126,7 +127,11 @@ func (g *GRPCService) ModelReady(ctx context.Context, r *pb.ModelReadyRequest) (
 // ServerMetadata implements the protocol's ServerMetadata.
 func (g *GRPCService) ServerMetadata(ctx context.Context, _ *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
 	md := g.svc.Metadata()
-	return &pb.ServerMetadataResponse{Name: md.Name, Version: md.Version, Extensions: md.Extensions}, nil
+	ext := slices.Clone(md.Extensions)
+	if !slices.Contains(ext, "system_shared_memory") { // this front end's, whatever the Service says
+		ext = append(ext, "system_shared_memory")
+	}
+	return &pb.ServerMetadataResponse{Name: md.Name, Version: md.Version, Extensions: ext}, nil
 }
 
 // ModelMetadata implements the protocol's ModelMetadata.
@@ -153,7 +158,7 @@ func (g *GRPCService) ModelMetadata(ctx context.Context, r *pb.ModelMetadataRequ
 // is FP16 (which has no typed field), else in each output's contents.
 func (g *GRPCService) ModelInfer(ctx context.Context, in *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	arrived := g.opts.Now()
-	req, err := decodeGRPCInfer(in)
+	req, shmOut, err := decodeGRPCInfer(in, g.opts.SharedMemory)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -164,6 +169,9 @@ func (g *GRPCService) ModelInfer(ctx context.Context, in *pb.ModelInferRequest) 
 	}
 	if err := finishResponse(req, resp); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := writeSharedOutputs(g.opts.SharedMemory, resp, shmOut, req.Outputs); err != nil {
+		return nil, grpcError(err)
 	}
 	raw := len(in.GetRawInputContents()) > 0
 	for _, t := range resp.Outputs {
@@ -176,7 +184,20 @@ func (g *GRPCService) ModelInfer(ctx context.Context, in *pb.ModelInferRequest) 
 	}
 	for i, t := range resp.Outputs {
 		o := &pb.ModelInferResponse_InferOutputTensor{Name: t.Name, Datatype: string(t.Datatype), Shape: t.Shape}
-		if raw {
+		if ref, ok := shmOut[t.Name]; ok {
+			// In its region: no contents (an empty raw entry keeps the
+			// others at their outputs' positions).
+			o.Parameters = map[string]*pb.InferParameter{
+				"shared_memory_region":    {ParameterChoice: &pb.InferParameter_StringParam{StringParam: ref.region}},
+				"shared_memory_byte_size": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(rawSize(t.Datatype, t.Data))}},
+			}
+			if ref.offset != 0 {
+				o.Parameters["shared_memory_offset"] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(ref.offset)}}
+			}
+			if raw {
+				out.RawOutputContents[i] = []byte{}
+			}
+		} else if raw {
 			out.RawOutputContents[i] = encodeRaw(t.Datatype, t.Data)
 		} else {
 			o.Contents = encodeContents(t.Datatype, t.Data)
@@ -186,68 +207,101 @@ func (g *GRPCService) ModelInfer(ctx context.Context, in *pb.ModelInferRequest) 
 	return out, nil
 }
 
-// decodeGRPCInfer turns a ModelInferRequest into a serve.Request; every
-// error is a *serve.InputError naming the field.
-func decodeGRPCInfer(in *pb.ModelInferRequest) (*serve.Request, error) {
+// decodeGRPCInfer turns a ModelInferRequest into a serve.Request, and
+// says which outputs go to which region of shm; every error is a
+// *serve.InputError naming the field.
+//
+// An input in shared memory has no contents and no raw_input_contents
+// entry: raw_input_contents has one entry for each other input, in order.
+func decodeGRPCInfer(in *pb.ModelInferRequest, shm *SharedMemory) (*serve.Request, map[string]shmRef, error) {
 	if in.GetModelName() == "" {
-		return nil, serve.Inputf("model_name", "missing: want the model's name")
+		return nil, nil, serve.Inputf("model_name", "missing: want the model's name")
 	}
 	r := &serve.Request{ID: in.GetId(), Model: in.GetModelName(), Version: in.GetModelVersion()}
 	if err := applyParams(r, "parameters", grpcParams(in.GetParameters())); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	raw := in.GetRawInputContents()
-	if len(raw) > 0 && len(raw) != len(in.GetInputs()) {
-		return nil, serve.Inputf("raw_input_contents", "%d entries for %d inputs (want one per input, in the order of inputs)", len(raw), len(in.GetInputs()))
-	}
+	nraw := 0 // raw entries used
 	r.Inputs = make([]serve.Tensor, len(in.GetInputs()))
 	seen := make(map[string]int, len(in.GetInputs()))
 	for i, x := range in.GetInputs() {
 		f := "inputs[" + strconv.Itoa(i) + "]"
 		dt := serve.Datatype(x.GetDatatype())
 		if err := checkInputHeader(f, x.GetName(), dt, true, seen, i); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		tp := grpcParams(x.GetParameters())
 		if err := checkTensorParams(f+".parameters", tp); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if _, ok := tp["binary_data_size"]; ok {
-			return nil, serve.Inputf(f+".parameters.binary_data_size", "the binary tensor extension is HTTP's: over gRPC send the data in raw_input_contents")
+			return nil, nil, serve.Inputf(f+".parameters.binary_data_size", "the binary tensor extension is HTTP's: over gRPC send the data in raw_input_contents")
 		}
 		n, err := elements(f+".shape", x.GetShape(), 1<<40)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		ref, inShm, err := sharedMemoryRef(f+".parameters", tp)
+		if err != nil {
+			return nil, nil, err
 		}
 		var data any
-		if len(raw) > 0 {
+		if inShm {
 			if x.GetContents() != nil {
-				return nil, serve.Inputf(f+".contents", "given with raw_input_contents (send every input's data one way: all raw, or all in contents)")
+				return nil, nil, serve.Inputf(f+".contents", "given with shared_memory_region (send the tensor's data one way)")
 			}
-			data, err = decodeRaw("raw_input_contents["+strconv.Itoa(i)+"]", dt, x.GetShape(), n, raw[i])
+			data, err = shm.read(f, ref, dt, x.GetShape(), n)
+		} else if len(raw) > 0 {
+			if x.GetContents() != nil {
+				return nil, nil, serve.Inputf(f+".contents", "given with raw_input_contents (send every input's data one way: all raw, or all in contents)")
+			}
+			if nraw == len(raw) {
+				return nil, nil, serve.Inputf("raw_input_contents", "%d entries for more inputs (want one per input not in shared memory, in the order of inputs)", len(raw))
+			}
+			data, err = decodeRaw("raw_input_contents["+strconv.Itoa(nraw)+"]", dt, x.GetShape(), n, raw[nraw])
+			nraw++
 		} else {
 			data, err = decodeContents(f+".contents", dt, x.GetShape(), n, x.GetContents())
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		r.Inputs[i] = serve.Tensor{Name: x.GetName(), Datatype: dt, Shape: x.GetShape(), Data: data}
 	}
+	if nraw != len(raw) {
+		return nil, nil, serve.Inputf("raw_input_contents", "%d entries for %d inputs not in shared memory (want one per such input, in the order of inputs)", len(raw), nraw)
+	}
+	var shmOut map[string]shmRef
 	if outs := in.GetOutputs(); len(outs) > 0 {
 		r.Outputs = make([]string, len(outs))
 		seenOut := make(map[string]int, len(outs))
 		for i, o := range outs {
 			f := "outputs[" + strconv.Itoa(i) + "]"
 			if err := checkOutputRequest(f, o.GetName(), seenOut, i); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			if err := checkTensorParams(f+".parameters", grpcParams(o.GetParameters())); err != nil {
-				return nil, err
+			op := grpcParams(o.GetParameters())
+			if err := checkTensorParams(f+".parameters", op); err != nil {
+				return nil, nil, err
+			}
+			ref, inShm, err := sharedMemoryRef(f+".parameters", op)
+			if err != nil {
+				return nil, nil, err
+			}
+			if inShm {
+				if err := shm.checkRef(f+".parameters", ref); err != nil {
+					return nil, nil, err
+				}
+				if shmOut == nil {
+					shmOut = make(map[string]shmRef)
+				}
+				shmOut[o.GetName()] = ref
 			}
 			r.Outputs[i] = o.GetName()
 		}
 	}
-	return r, nil
+	return r, shmOut, nil
 }
 
 // grpcParams converts InferParameters; one with no value set is left out.

@@ -120,7 +120,7 @@ func TestGRPCHealthAndMetadata(t *testing.T) {
 		t.Errorf("ServerReady = %v, %v", r, err)
 	}
 	sm, err := e.client.ServerMetadata(ctx, &pb.ServerMetadataRequest{})
-	if err != nil || !proto.Equal(sm, &pb.ServerMetadataResponse{Name: "virga", Version: "test", Extensions: []string{"model_repository"}}) {
+	if err != nil || !proto.Equal(sm, &pb.ServerMetadataResponse{Name: "virga", Version: "test", Extensions: []string{"model_repository", "system_shared_memory"}}) {
 		t.Errorf("ServerMetadata = %v, %v", sm, err)
 	}
 	mm, err := e.client.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "sum", Version: "1"})

@@ -20,15 +20,19 @@ const (
 )
 
 // serviceDesc is the specification's inference.GRPCInferenceService with
-// Triton's three model repository methods added (same service name, same
-// messages as Triton's grpc_service.proto), so that Triton's gRPC clients
-// can load and unload models too.
+// Triton's three model repository methods and three system shared memory
+// methods added (same service name, same messages as Triton's
+// grpc_service.proto), so that Triton's gRPC clients can load and unload
+// models and register regions too.
 func serviceDesc() *grpc.ServiceDesc {
 	d := pb.GRPCInferenceService_ServiceDesc
 	d.Methods = append(slices.Clone(d.Methods),
 		grpc.MethodDesc{MethodName: "RepositoryIndex", Handler: unary(methodRepositoryIndex, (*GRPCService).RepositoryIndex)},
 		grpc.MethodDesc{MethodName: "RepositoryModelLoad", Handler: unary(methodRepositoryLoad, (*GRPCService).RepositoryModelLoad)},
 		grpc.MethodDesc{MethodName: "RepositoryModelUnload", Handler: unary(methodRepositoryUnload, (*GRPCService).RepositoryModelUnload)},
+		grpc.MethodDesc{MethodName: "SystemSharedMemoryStatus", Handler: unary(methodShmStatus, (*GRPCService).SystemSharedMemoryStatus)},
+		grpc.MethodDesc{MethodName: "SystemSharedMemoryRegister", Handler: unary(methodShmRegister, (*GRPCService).SystemSharedMemoryRegister)},
+		grpc.MethodDesc{MethodName: "SystemSharedMemoryUnregister", Handler: unary(methodShmUnregister, (*GRPCService).SystemSharedMemoryUnregister)},
 	)
 	return &d
 }

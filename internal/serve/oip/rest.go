@@ -507,6 +507,10 @@ func (h *Handler) shmStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) shmRegister(w http.ResponseWriter, r *http.Request) {
+	if err := localPeer(r.RemoteAddr); err != nil {
+		writeError(w, http.StatusForbidden, err)
+		return
+	}
 	var in ShmRegisterRequest
 	if !h.decodeOptional(w, r, &in) {
 		return

@@ -1,8 +1,10 @@
 package oip
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -12,7 +14,12 @@ import (
 	"sync"
 	"syscall"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
 	"github.com/virga-ml/virga/internal/serve"
+	pb "github.com/virga-ml/virga/internal/serve/oip/inferencepb"
 )
 
 // SharedMemory holds the system shared-memory regions clients registered
@@ -132,6 +139,24 @@ func (s *SharedMemory) Register(name, key string, offset, byteSize uint64) error
 	}
 	s.regions[name] = r
 	return nil
+}
+
+// localPeer returns why a client at addr (a connection's remote address)
+// may not register regions, or nil: only processes on this machine can put
+// data in its shared memory, and a client elsewhere, token or not, must not
+// make the server read or write this machine's objects.
+func localPeer(addr string) error {
+	if addr == "" || addr == "@" || strings.HasPrefix(addr, "/") { // a Unix socket
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("shared memory is for clients on this machine: a region cannot be registered from %s (connect over loopback)", addr)
 }
 
 // unwrapPath drops the *PathError's repetition of the path.
@@ -363,4 +388,45 @@ func rawBytes(dt serve.Datatype, data any) []byte {
 		}
 	}
 	return encodeRaw(dt, data)
+}
+
+// The full names of the shared-memory methods Virga adds to the service.
+const (
+	methodShmStatus     = "/inference.GRPCInferenceService/SystemSharedMemoryStatus"
+	methodShmRegister   = "/inference.GRPCInferenceService/SystemSharedMemoryRegister"
+	methodShmUnregister = "/inference.GRPCInferenceService/SystemSharedMemoryUnregister"
+)
+
+// SystemSharedMemoryStatus implements Triton's SystemSharedMemoryStatus:
+// an unknown name is NotFound.
+func (g *GRPCService) SystemSharedMemoryStatus(ctx context.Context, r *pb.SystemSharedMemoryStatusRequest) (*pb.SystemSharedMemoryStatusResponse, error) {
+	st, err := g.opts.SharedMemory.Status(r.GetName())
+	if err != nil {
+		return nil, status.Error(codes.NotFound, err.Error())
+	}
+	out := &pb.SystemSharedMemoryStatusResponse{Regions: make(map[string]*pb.SystemSharedMemoryStatusResponse_RegionStatus, len(st))}
+	for _, x := range st {
+		out.Regions[x.Name] = &pb.SystemSharedMemoryStatusResponse_RegionStatus{Name: x.Name, Key: x.Key, Offset: x.Offset, ByteSize: x.ByteSize}
+	}
+	return out, nil
+}
+
+// SystemSharedMemoryRegister implements Triton's SystemSharedMemoryRegister.
+func (g *GRPCService) SystemSharedMemoryRegister(ctx context.Context, r *pb.SystemSharedMemoryRegisterRequest) (*pb.SystemSharedMemoryRegisterResponse, error) {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		if err := localPeer(p.Addr.String()); err != nil {
+			return nil, status.Error(codes.PermissionDenied, err.Error())
+		}
+	}
+	if err := g.opts.SharedMemory.Register(r.GetName(), r.GetKey(), r.GetOffset(), r.GetByteSize()); err != nil {
+		return nil, grpcError(err)
+	}
+	return &pb.SystemSharedMemoryRegisterResponse{}, nil
+}
+
+// SystemSharedMemoryUnregister implements Triton's
+// SystemSharedMemoryUnregister: an empty name unregisters every region.
+func (g *GRPCService) SystemSharedMemoryUnregister(ctx context.Context, r *pb.SystemSharedMemoryUnregisterRequest) (*pb.SystemSharedMemoryUnregisterResponse, error) {
+	g.opts.SharedMemory.Unregister(r.GetName())
+	return &pb.SystemSharedMemoryUnregisterResponse{}, nil
 }

@@ -1,15 +1,24 @@
 package oip
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/virga-ml/virga/internal/serve/oip/inferencepb"
 )
 
 // shmObject creates a shared-memory object of size bytes under dir, as
@@ -256,4 +265,132 @@ func FuzzSharedMemoryRegister(f *testing.F) {
 			t.Fatalf("registered %q %q %d %d: status %v, %v", name, key, offset, size, st, err)
 		}
 	})
+}
+
+// Over gRPC with Triton's methods: a region registered over REST is used
+// over gRPC (one SharedMemory for both front ends); an input in shared
+// memory beside one in raw_input_contents; an output into a region.
+func TestSharedMemoryGRPC(t *testing.T) {
+	dir := t.TempDir()
+	shm := newSharedMemory(dir)
+	rest := newRESTEnv(t, Options{SharedMemory: shm})
+	e := newGRPCEnv(t, Options{SharedMemory: shm})
+	ctx := ctxT(t)
+	inKey, inPath := shmObject(t, dir, "in", 32)
+	outKey, outPath := shmObject(t, dir, "out", 64)
+	putFloats32(t, inPath, 0, 1, 2, 3, 4)
+	if code, _, b := rest.do("POST", "/v2/systemsharedmemory/region/in/register", `{"key":"`+inKey+`","byte_size":32}`); code != 200 {
+		t.Fatalf("REST register: %d %s", code, b)
+	}
+	if err := e.conn.Invoke(ctx, methodShmRegister, &pb.SystemSharedMemoryRegisterRequest{Name: "out", Key: outKey, ByteSize: 64}, &pb.SystemSharedMemoryRegisterResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	err := e.conn.Invoke(ctx, methodShmRegister, &pb.SystemSharedMemoryRegisterRequest{Name: "bad", Key: "/a/b", ByteSize: 8}, &pb.SystemSharedMemoryRegisterResponse{})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `key: "/a/b" is not a shared-memory object's name`) {
+		t.Errorf("register a bad key: %v", err)
+	}
+	var st pb.SystemSharedMemoryStatusResponse
+	if err := e.conn.Invoke(ctx, methodShmStatus, &pb.SystemSharedMemoryStatusRequest{}, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Regions) != 2 || st.Regions["in"].GetKey() != "/in" || st.Regions["out"].GetByteSize() != 64 {
+		t.Errorf("status: %v", &st)
+	}
+
+	region := func(name string, size int64) map[string]*pb.InferParameter {
+		return map[string]*pb.InferParameter{
+			"shared_memory_region":    {ParameterChoice: &pb.InferParameter_StringParam{StringParam: name}},
+			"shared_memory_byte_size": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: size}},
+		}
+	}
+	req := &pb.ModelInferRequest{ModelName: "identity",
+		Inputs: []*pb.ModelInferRequest_InferInputTensor{
+			{Name: "a", Datatype: "FP32", Shape: []int64{4}, Parameters: region("in", 16)},
+			{Name: "b", Datatype: "INT32", Shape: []int64{2}},
+		},
+		RawInputContents: [][]byte{{7, 0, 0, 0, 9, 0, 0, 0}},
+		Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{
+			{Name: "a", Parameters: region("out", 16)},
+			{Name: "b"},
+		},
+	}
+	resp, err := e.client.ModelInfer(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.RawOutputContents) != 2 || len(resp.RawOutputContents[0]) != 0 || binary.LittleEndian.Uint32(resp.RawOutputContents[1][4:]) != 9 {
+		t.Errorf("raw outputs: %v", resp.RawOutputContents)
+	}
+	if p := resp.Outputs[0].GetParameters(); p["shared_memory_region"].GetStringParam() != "out" || p["shared_memory_byte_size"].GetInt64Param() != 16 {
+		t.Errorf("output a's parameters: %v", p)
+	}
+	out, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []float32{1, 2, 3, 4} {
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:])); got != want {
+			t.Errorf("output a[%d] in its region: %v, want %v", i, got, want)
+		}
+	}
+
+	req.RawInputContents = append(req.RawInputContents, []byte{1, 2, 3, 4})
+	if _, err := e.client.ModelInfer(ctx, req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "raw_input_contents: 2 entries for 1 inputs not in shared memory") {
+		t.Errorf("a raw entry for an input in shared memory: %v", err)
+	}
+	if err := e.conn.Invoke(ctx, methodShmUnregister, &pb.SystemSharedMemoryUnregisterRequest{}, &pb.SystemSharedMemoryUnregisterResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	err = e.conn.Invoke(ctx, methodShmStatus, &pb.SystemSharedMemoryStatusRequest{Name: "in"}, &st)
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("status of an unregistered region: %v", err)
+	}
+}
+
+func TestSharedMemoryOnlyFromThisMachine(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		ok   bool
+	}{{"127.0.0.1:5000", true}, {"[::1]:80", true}, {"@", true}, {"", true}, {"10.1.2.3:5000", false}, {"[2001:db8::1]:443", false}} {
+		if err := localPeer(c.addr); (err == nil) != c.ok {
+			t.Errorf("localPeer(%q) = %v, want ok %v", c.addr, err, c.ok)
+		}
+	}
+	// Over a real connection from off loopback (this machine's own address
+	// other than 127.0.0.1, when it has one).
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ext net.IP
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			ext = n.IP
+			break
+		}
+	}
+	if ext == nil {
+		t.Log("no address off loopback on this machine: only the address check above ran")
+		return
+	}
+	dir := t.TempDir()
+	key, _ := shmObject(t, dir, "obj", 64)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ext.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: NewHandler(newTestService(), Options{SharedMemory: newSharedMemory(dir), CheckToken: func(context.Context, string) error { return nil }})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v2/systemsharedmemory/region/r/register", strings.NewReader(`{"key":"`+key+`","byte_size":8}`))
+	req.Header.Set("Authorization", "Bearer x")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || !strings.Contains(string(b), "shared memory is for clients on this machine") {
+		t.Errorf("register from %s: %d %s", ext, resp.StatusCode, b)
+	}
 }
