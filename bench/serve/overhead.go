@@ -66,7 +66,7 @@ func overhead(args []string, stdout io.Writer) error {
 	seconds := fs.Duration("duration", 4*time.Second, "each throughput measurement's length")
 	clientList := fs.String("clients", "8,32", "the concurrent clients swept at saturation (comma-separated)")
 	rowList := fs.String("rows", "1,64,1024", "the rows per request swept at saturation (comma-separated)")
-	only := fs.String("paths", "", "measure only these paths at saturation (comma-separated: engine, REST-json, REST-bin, gRPC, gRPC-raw; default all)")
+	only := fs.String("paths", "", "measure only these paths at saturation (comma-separated: engine, REST-json, REST-bin, REST-shm, gRPC, gRPC-raw, gRPC-shm; default all)")
 	repeats := fs.Int("repeat", 2, "reruns of each path's best configuration (its figure is the median of all runs)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the saturation runs through the engine to this file")
 	out := fs.String("out", "", "write the measurements as JSON lines to this file")
@@ -237,14 +237,16 @@ func overhead(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: oip.NewHandler(e, oip.Options{})}
+	shm := oip.NewSharedMemory() // one set of regions for both front ends, as virga serve has
+	defer shm.Close()
+	hs := &http.Server{Handler: oip.NewHandler(e, oip.Options{SharedMemory: shm})}
 	go hs.Serve(restLn)
 	defer hs.Close()
 	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	gs := oip.NewGRPCServer(e, oip.Options{})
+	gs := oip.NewGRPCServer(e, oip.Options{SharedMemory: shm})
 	go gs.Serve(grpcLn)
 	defer gs.Stop()
 
@@ -344,6 +346,61 @@ func overhead(args []string, stdout io.Writer) error {
 			return nil
 		}
 	}
+	// The system shared memory extension (perf_analyzer's --shared-memory
+	// system): the input's rows in one region every client reads, each
+	// client's outputs in a region of its own; the request carries names,
+	// shapes and offsets. The clients do not write their inputs or read
+	// their outputs, as the direct loop does not.
+	outputs := man.Signature.Outputs
+	shmSlots, err := shmRegions(httpClient, "http://"+restLn.Addr().String(), slices.Max(sweepRows), maxClients, outputs, rng)
+	if err != nil {
+		return err
+	}
+	defer shmSlots.remove()
+	restShmCall := func(b int) func() error {
+		bodies := make([][]byte, maxClients)
+		for k := range bodies {
+			bodies[k] = []byte(fmt.Sprintf(`{"inputs":[{"name":"pixels","shape":[%d,64],"datatype":"FP32","parameters":{"shared_memory_region":"in","shared_memory_byte_size":%d}}],"outputs":[%s]}`,
+				b, b*64*4, shmSlots.outputsJSON(k, b)))
+		}
+		return func() error {
+			k := <-shmSlots.free
+			defer func() { shmSlots.free <- k }()
+			resp, err := httpClient.Post(url, "application/json", bytes.NewReader(bodies[k]))
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("REST shared memory: %s: %s", resp.Status, data)
+			}
+			return nil
+		}
+	}
+	grpcShmCall := func(b int) func() error {
+		reqs := make([]*pb.ModelInferRequest, maxClients)
+		for k := range reqs {
+			reqs[k] = &pb.ModelInferRequest{ModelName: "digits", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+				Name: "pixels", Datatype: "FP32", Shape: []int64{int64(b), 64}, Parameters: shmParams("in", 0, b*64*4),
+			}}, Outputs: shmSlots.outputsGRPC(k, b)}
+		}
+		return func() error {
+			k := <-shmSlots.free
+			defer func() { shmSlots.free <- k }()
+			resp, err := grpcClient.ModelInfer(context.Background(), reqs[k])
+			if err != nil {
+				return err
+			}
+			if len(resp.Outputs) != len(outputs) {
+				return fmt.Errorf("gRPC shared memory: %d outputs, want %d", len(resp.Outputs), len(outputs))
+			}
+			return nil
+		}
+	}
 	// The engine alone, in process: no protocol, no connection.
 	engineCall := func(b int) func() error {
 		x := pixelRows(rng, b)
@@ -355,7 +412,7 @@ func overhead(args []string, stdout io.Writer) error {
 	paths := []struct {
 		name string
 		call func(b int) func() error
-	}{{"engine", engineCall}, {"REST-json", restCall}, {"REST-bin", restBinCall}, {"gRPC", grpcCall}, {"gRPC-raw", grpcRawCall}}
+	}{{"engine", engineCall}, {"REST-json", restCall}, {"REST-bin", restBinCall}, {"REST-shm", restShmCall}, {"gRPC", grpcCall}, {"gRPC-raw", grpcRawCall}, {"gRPC-shm", grpcShmCall}}
 	if *only != "" {
 		want := strings.Split(*only, ",")
 		paths = slices.DeleteFunc(paths, func(p struct {
@@ -365,7 +422,7 @@ func overhead(args []string, stdout io.Writer) error {
 			return !slices.Contains(want, p.name)
 		})
 		if len(paths) == 0 {
-			return fmt.Errorf("-paths %q: want some of engine, REST-json, REST-bin, gRPC, gRPC-raw", *only)
+			return fmt.Errorf("-paths %q: want some of engine, REST-json, REST-bin, REST-shm, gRPC, gRPC-raw, gRPC-shm", *only)
 		}
 	}
 

@@ -52,6 +52,9 @@ type binaryOutputs struct {
 	all  bool
 	each map[string]bool
 	shm  map[string]shmRef
+	// bufs hold the inputs read from shared memory: give them back with
+	// putShmBufs once the Service's Infer has returned.
+	bufs []*[]byte
 }
 
 func (b binaryOutputs) binary(name string) bool {
@@ -181,9 +184,12 @@ func decodeInferJSON(body, bin []byte, hasBinary bool, model, version string, sh
 			if err != nil {
 				return nil, bo, err
 			}
-			if data, err = shm.read(f, ref, x.Datatype, x.Shape, n); err != nil {
+			var buf *[]byte
+			if data, buf, err = shm.read(f, ref, x.Datatype, x.Shape, n); err != nil {
+				putShmBufs(bo.bufs)
 				return nil, bo, err
 			}
+			bo.bufs = append(bo.bufs, buf)
 		} else if p, ok := tp["binary_data_size"]; ok {
 			pf := f + ".parameters.binary_data_size"
 			if !hasBinary {

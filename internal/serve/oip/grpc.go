@@ -158,7 +158,10 @@ func (g *GRPCService) ModelMetadata(ctx context.Context, r *pb.ModelMetadataRequ
 // is FP16 (which has no typed field), else in each output's contents.
 func (g *GRPCService) ModelInfer(ctx context.Context, in *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	arrived := g.opts.Now()
-	req, shmOut, err := decodeGRPCInfer(in, g.opts.SharedMemory)
+	// The buffers of inputs read from shared memory are not given back:
+	// the response, which gRPC marshals after this returns, may share an
+	// input's memory (a model answering an input as an output).
+	req, shmOut, _, err := decodeGRPCInfer(in, g.opts.SharedMemory)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -208,18 +211,19 @@ func (g *GRPCService) ModelInfer(ctx context.Context, in *pb.ModelInferRequest) 
 }
 
 // decodeGRPCInfer turns a ModelInferRequest into a serve.Request, and
-// says which outputs go to which region of shm; every error is a
-// *serve.InputError naming the field.
+// says which outputs go to which region of shm; bufs hold the inputs read
+// from shared memory (give them back with putShmBufs once Infer has
+// returned). Every error is a *serve.InputError naming the field.
 //
 // An input in shared memory has no contents and no raw_input_contents
 // entry: raw_input_contents has one entry for each other input, in order.
-func decodeGRPCInfer(in *pb.ModelInferRequest, shm *SharedMemory) (*serve.Request, map[string]shmRef, error) {
+func decodeGRPCInfer(in *pb.ModelInferRequest, shm *SharedMemory) (_ *serve.Request, _ map[string]shmRef, bufs []*[]byte, _ error) {
 	if in.GetModelName() == "" {
-		return nil, nil, serve.Inputf("model_name", "missing: want the model's name")
+		return nil, nil, nil, serve.Inputf("model_name", "missing: want the model's name")
 	}
 	r := &serve.Request{ID: in.GetId(), Model: in.GetModelName(), Version: in.GetModelVersion()}
 	if err := applyParams(r, "parameters", grpcParams(in.GetParameters())); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	raw := in.GetRawInputContents()
 	nraw := 0 // raw entries used
@@ -229,35 +233,38 @@ func decodeGRPCInfer(in *pb.ModelInferRequest, shm *SharedMemory) (*serve.Reques
 		f := "inputs[" + strconv.Itoa(i) + "]"
 		dt := serve.Datatype(x.GetDatatype())
 		if err := checkInputHeader(f, x.GetName(), dt, true, seen, i); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		tp := grpcParams(x.GetParameters())
 		if err := checkTensorParams(f+".parameters", tp); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if _, ok := tp["binary_data_size"]; ok {
-			return nil, nil, serve.Inputf(f+".parameters.binary_data_size", "the binary tensor extension is HTTP's: over gRPC send the data in raw_input_contents")
+			return nil, nil, nil, serve.Inputf(f+".parameters.binary_data_size", "the binary tensor extension is HTTP's: over gRPC send the data in raw_input_contents")
 		}
 		n, err := elements(f+".shape", x.GetShape(), 1<<40)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		ref, inShm, err := sharedMemoryRef(f+".parameters", tp)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		var data any
 		if inShm {
 			if x.GetContents() != nil {
-				return nil, nil, serve.Inputf(f+".contents", "given with shared_memory_region (send the tensor's data one way)")
+				return nil, nil, nil, serve.Inputf(f+".contents", "given with shared_memory_region (send the tensor's data one way)")
 			}
-			data, err = shm.read(f, ref, dt, x.GetShape(), n)
+			var buf *[]byte
+			if data, buf, err = shm.read(f, ref, dt, x.GetShape(), n); err == nil {
+				bufs = append(bufs, buf)
+			}
 		} else if len(raw) > 0 {
 			if x.GetContents() != nil {
-				return nil, nil, serve.Inputf(f+".contents", "given with raw_input_contents (send every input's data one way: all raw, or all in contents)")
+				return nil, nil, nil, serve.Inputf(f+".contents", "given with raw_input_contents (send every input's data one way: all raw, or all in contents)")
 			}
 			if nraw == len(raw) {
-				return nil, nil, serve.Inputf("raw_input_contents", "%d entries for more inputs (want one per input not in shared memory, in the order of inputs)", len(raw))
+				return nil, nil, nil, serve.Inputf("raw_input_contents", "%d entries for more inputs (want one per input not in shared memory, in the order of inputs)", len(raw))
 			}
 			data, err = decodeRaw("raw_input_contents["+strconv.Itoa(nraw)+"]", dt, x.GetShape(), n, raw[nraw])
 			nraw++
@@ -265,12 +272,12 @@ func decodeGRPCInfer(in *pb.ModelInferRequest, shm *SharedMemory) (*serve.Reques
 			data, err = decodeContents(f+".contents", dt, x.GetShape(), n, x.GetContents())
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		r.Inputs[i] = serve.Tensor{Name: x.GetName(), Datatype: dt, Shape: x.GetShape(), Data: data}
 	}
 	if nraw != len(raw) {
-		return nil, nil, serve.Inputf("raw_input_contents", "%d entries for %d inputs not in shared memory (want one per such input, in the order of inputs)", len(raw), nraw)
+		return nil, nil, nil, serve.Inputf("raw_input_contents", "%d entries for %d inputs not in shared memory (want one per such input, in the order of inputs)", len(raw), nraw)
 	}
 	var shmOut map[string]shmRef
 	if outs := in.GetOutputs(); len(outs) > 0 {
@@ -279,19 +286,19 @@ func decodeGRPCInfer(in *pb.ModelInferRequest, shm *SharedMemory) (*serve.Reques
 		for i, o := range outs {
 			f := "outputs[" + strconv.Itoa(i) + "]"
 			if err := checkOutputRequest(f, o.GetName(), seenOut, i); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			op := grpcParams(o.GetParameters())
 			if err := checkTensorParams(f+".parameters", op); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			ref, inShm, err := sharedMemoryRef(f+".parameters", op)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if inShm {
 				if err := shm.checkRef(f+".parameters", ref); err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 				if shmOut == nil {
 					shmOut = make(map[string]shmRef)
@@ -301,7 +308,7 @@ func decodeGRPCInfer(in *pb.ModelInferRequest, shm *SharedMemory) (*serve.Reques
 			r.Outputs[i] = o.GetName()
 		}
 	}
-	return r, shmOut, nil
+	return r, shmOut, bufs, nil
 }
 
 // grpcParams converts InferParameters; one with no value set is left out.

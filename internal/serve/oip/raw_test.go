@@ -64,7 +64,7 @@ func FuzzDecodeGRPCInfer(f *testing.F) {
 		if proto.Unmarshal(b, &in) != nil {
 			return
 		}
-		r, _, err := decodeGRPCInfer(&in, nil)
+		r, _, _, err := decodeGRPCInfer(&in, nil)
 		if err != nil {
 			if _, ok := err.(*serve.InputError); !ok {
 				t.Fatalf("error %T %v is not an InputError", err, err)

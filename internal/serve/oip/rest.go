@@ -320,6 +320,7 @@ func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	defer putShmBufs(bo.bufs)
 	req.Arrived = arrived
 	resp, err := h.svc.Infer(r.Context(), req)
 	if err != nil {

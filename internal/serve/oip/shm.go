@@ -288,23 +288,62 @@ func (s *SharedMemory) checkRef(field string, ref shmRef) error {
 }
 
 // read decodes the tensor at ref: n elements of dt with the given shape.
-func (s *SharedMemory) read(field string, ref shmRef, dt serve.Datatype, shape []int64, n int) (any, error) {
+// The tensor's data is buf's memory: the caller gives buf back with
+// putShmBuf once the engine reads the tensor no more.
+func (s *SharedMemory) read(field string, ref shmRef, dt serve.Datatype, shape []int64, n int) (_ any, buf *[]byte, _ error) {
 	r, err := s.acquire(field+".parameters.shared_memory_region", ref.region)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer s.release(r)
 	if err := ref.check(field+".parameters", r); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if size := elemSize(dt); size > 0 && uint64(n)*uint64(size) != ref.byteSize {
-		return nil, serve.Inputf(field+".parameters.shared_memory_byte_size", "%d bytes for shape %s of %s (%d expected: %d values of %d bytes)", ref.byteSize, shapeString(shape), dt, n*size, n, size)
+		return nil, nil, serve.Inputf(field+".parameters.shared_memory_byte_size", "%d bytes for shape %s of %s (%d expected: %d values of %d bytes)", ref.byteSize, shapeString(shape), dt, n*size, n, size)
 	}
-	buf := make([]byte, ref.byteSize) // 8-aligned: decodeRaw keeps it as the tensor
-	if err := faultSafeCopy(buf, r.data[ref.offset:ref.offset+ref.byteSize]); err != nil {
-		return nil, serve.Inputf(field+".parameters.shared_memory_region", "reading region %q (%s): %v", ref.region, r.Key, err)
+	buf = getShmBuf(int(ref.byteSize))
+	if err := faultSafeCopy(*buf, r.data[ref.offset:ref.offset+ref.byteSize]); err != nil {
+		putShmBuf(buf)
+		return nil, nil, serve.Inputf(field+".parameters.shared_memory_region", "reading region %q (%s): %v", ref.region, r.Key, err)
 	}
-	return decodeRaw(field+" (shared memory region "+ref.region+")", dt, shape, n, buf)
+	data, err := decodeRaw(field+" (shared memory region "+ref.region+")", dt, shape, n, *buf)
+	if err != nil {
+		putShmBuf(buf)
+		return nil, nil, err
+	}
+	return data, buf, nil
+}
+
+// shmBufs keeps the buffers inputs are copied into out of their regions:
+// a request's tensor is its buffer (decodeRaw keeps an aligned buffer as
+// the tensor), given back once the Service's Infer has returned.
+var shmBufs sync.Pool
+
+// getShmBuf returns a buffer of n bytes, 8-aligned (a Go allocation of 8
+// bytes or more is), not cleared: the copy fills it.
+func getShmBuf(n int) *[]byte {
+	if b, ok := shmBufs.Get().(*[]byte); ok && cap(*b) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, max(n, 8))
+	return &b
+}
+
+// putShmBuf keeps b for another request unless it is larger than most
+// need, so that one large request does not pin its memory.
+func putShmBuf(b *[]byte) {
+	if b != nil && cap(*b) <= 16<<20 {
+		shmBufs.Put(b)
+	}
+}
+
+// putShmBufs gives back the buffers of a request's inputs read from regions.
+func putShmBufs(bufs []*[]byte) {
+	for _, b := range bufs {
+		putShmBuf(b)
+	}
 }
 
 // write puts a tensor's raw layout at ref.
