@@ -216,6 +216,63 @@ func grpcLabels(t *testing.T, addr string, rows [][]float32) []int {
 	return labels
 }
 
+// shmLabels asks for the labels of rows with the system shared memory
+// extension over REST: the rows in one shared-memory object under
+// /dev/shm, the labels written by the server into another.
+func shmLabels(t *testing.T, base string, rows [][]float32) []int {
+	t.Helper()
+	name := fmt.Sprintf("virga-test-%d", os.Getpid())
+	in, out := filepath.Join("/dev/shm", name+"-in"), filepath.Join("/dev/shm", name+"-out")
+	var raw []byte
+	for _, r := range rows {
+		for _, v := range r {
+			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
+		}
+	}
+	if err := os.WriteFile(in, raw, 0o600); err != nil {
+		t.Fatalf("shared memory: %v", err)
+	}
+	defer os.Remove(in)
+	if err := os.WriteFile(out, make([]byte, 8*len(rows)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(out)
+	post := func(path, body string) []byte {
+		resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s: %s", path, resp.Status, b)
+		}
+		return b
+	}
+	post("/v2/systemsharedmemory/region/in/register", fmt.Sprintf(`{"key":"/%s-in","byte_size":%d}`, name, len(raw)))
+	post("/v2/systemsharedmemory/region/out/register", fmt.Sprintf(`{"key":"/%s-out","byte_size":%d}`, name, 8*len(rows)))
+	defer post("/v2/systemsharedmemory/unregister", "")
+	for lo := 0; lo < len(rows); lo += 16 {
+		hi := min(lo+16, len(rows))
+		b := post("/v2/models/digits/infer", fmt.Sprintf(`{"inputs":[{"name":"pixels","shape":[%d,64],"datatype":"FP32",
+		  "parameters":{"shared_memory_region":"in","shared_memory_offset":%d,"shared_memory_byte_size":%d}}],
+		  "outputs":[{"name":"label","parameters":{"shared_memory_region":"out","shared_memory_offset":%d,"shared_memory_byte_size":%d}}]}`,
+			hi-lo, lo*64*4, (hi-lo)*64*4, lo*8, (hi-lo)*8))
+		if !strings.Contains(string(b), fmt.Sprintf(`"shared_memory_byte_size":%d`, (hi-lo)*8)) || strings.Contains(string(b), `"data"`) {
+			t.Fatalf("infer with shared memory answered %s", b)
+		}
+	}
+	labelBytes, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := make([]int, len(rows))
+	for i := range labels {
+		labels[i] = int(int64(binary.LittleEndian.Uint64(labelBytes[8*i:])))
+	}
+	return labels
+}
+
 func accuracy(labels, want []int) float64 {
 	right := 0
 	for i := range want {
@@ -292,6 +349,9 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	if acc := accuracy(grpcLabels(t, s.grpc, rows), want); acc != wantAcc {
 		t.Fatalf("gRPC: accuracy %.6f, want %.6f", acc, wantAcc)
+	}
+	if acc := accuracy(shmLabels(t, s.rest, rows), want); acc != wantAcc {
+		t.Fatalf("REST with shared memory: accuracy %.6f, want %.6f", acc, wantAcc)
 	}
 
 	// Moving the alias swaps the version served.
