@@ -232,6 +232,14 @@ checkpoints: {keep_last: %d}
 				tr.ID, a2.ID, a2.Restored, a1.ID, cks)
 		}
 		from := cks[i].Step
+		// The kubelet's SIGTERM reached the agent, which stopped the trial
+		// (SIGTERM, which it does not trap) within the grace and exited
+		// with its status, 128+15: the backend reads it as SIGTERM, where
+		// the kubelet's SIGKILL would have been 137, "killed".
+		if a1.Signal != syscall.SIGTERM.String() {
+			t.Errorf("trial %d: attempt %d ended with exit code %v, signal %q, want signal %q: the trial's SIGTERM through the agent",
+				tr.ID, a1.ID, a1.ExitCode, a1.Signal, syscall.SIGTERM.String())
+		}
 		// A step reported again replaces its first report: a resumed
 		// attempt that started over would own the steps before from.
 		for _, m := range ms {
