@@ -609,3 +609,63 @@ func showFile(t *testing.T, what, path string) {
 	}
 	t.Logf("%s (%s):\n%s", what, path, data)
 }
+
+// TestKWOKKubeletContainerCommand checks how the test's kubelet builds a
+// pod's container process (it needs no cluster): the command found on the
+// image's PATH, $(VAR) references expanded in args and values, the
+// downward API's fields and resources resolved, envFrom refused.
+func TestKWOKKubeletContainerCommand(t *testing.T) {
+	image := t.TempDir()
+	if err := os.WriteFile(filepath.Join(image, "virga"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k := &kwokKubelet{t: t, image: image, root: t.TempDir()}
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	res := func(r, div string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: r, Divisor: resource.MustParse(div)}}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "virga-7-0", Namespace: "ns", UID: "u1", Labels: map[string]string{LabelTrial: "3"}},
+		Spec: corev1.PodSpec{NodeName: "kwok-spot-001", Containers: []corev1.Container{{
+			Name: ContainerName, Command: []string{"virga", "agent"}, Args: []string{"--pod=$(POD)", "$$(POD)", "$(NOPE)"},
+			Env: []corev1.EnvVar{
+				{Name: "A", Value: "1"},
+				{Name: "B", Value: "$(A)-$$(A)-$(NOPE)-$(C)"},
+				{Name: "C", Value: "3"},
+				{Name: "POD", ValueFrom: field("metadata.name")},
+				{Name: "NODE", ValueFrom: field("spec.nodeName")},
+				{Name: "TRIAL", ValueFrom: field("metadata.labels['" + LabelTrial + "']")},
+				{Name: "CPU", ValueFrom: res("limits.cpu", "1")},
+				{Name: "MEM", ValueFrom: res("requests.memory", "1Mi")},
+			},
+			Resources: corev1.ResourceRequirements{
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")},
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			},
+		}}},
+	}
+	cmd, logPath, err := k.containerCommand(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Stdout.(*os.File).Close()
+	want := []string{filepath.Join(image, "virga"), "agent", "--pod=virga-7-0", "$(POD)", "$(NOPE)"}
+	if cmd.Path != want[0] || !slices.Equal(cmd.Args, want) {
+		t.Errorf("command %s %q, want %q", cmd.Path, cmd.Args, want)
+	}
+	for _, kv := range []string{"A=1", "B=1-$(A)-$(NOPE)-$(C)", "POD=virga-7-0", "NODE=kwok-spot-001", "TRIAL=3", "CPU=2", "MEM=64",
+		"HOSTNAME=virga-7-0", "HOME=" + cmd.Dir, "PATH=" + image + ":" + os.Getenv("PATH")} {
+		if !slices.Contains(cmd.Env, kv) {
+			t.Errorf("environment lacks %s: %q", kv, cmd.Env)
+		}
+	}
+	if filepath.Dir(logPath) != cmd.Dir {
+		t.Errorf("log %s, want it in the pod's directory %s", logPath, cmd.Dir)
+	}
+	pod.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{}}}
+	if _, _, err := k.containerCommand(pod); err == nil || !strings.Contains(err.Error(), "envFrom") {
+		t.Errorf("a container with envFrom: %v, want an error naming envFrom", err)
+	}
+}
