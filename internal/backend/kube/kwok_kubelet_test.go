@@ -64,8 +64,9 @@ func TestKWOKConformance(t *testing.T) {
 // in a process group of its own and annotates the pod kwokProcessAnnotation; when
 // the process ends, it annotates the pod with its exit status (128+N for a
 // signal, as a container runtime reports it), which KWOK's stage turns
-// into the pod's phase. A pod's deletion sends SIGTERM to the group and
-// SIGKILL when the grace period ends; once the process ended, the pod gets
+// into the pod's phase. A pod's deletion sends SIGTERM to the group (to a
+// container's first process alone) and SIGKILL when the grace period ends
+// (to a container's every process); once the process ended, the pod gets
 // its terminated status and is removed, as the kubelet does.
 type kwokKubelet struct {
 	t      *testing.T
@@ -209,7 +210,8 @@ func (k *kwokKubelet) terminate(p *kwokProc, grace time.Duration) {
 	}()
 }
 
-// startLocked runs the pod's trial. k.mu is held.
+// startLocked runs the pod's trial, or in container mode its container.
+// k.mu is held.
 func (k *kwokKubelet) startLocked(pod *corev1.Pod) {
 	var cmd *exec.Cmd
 	var logPath string
@@ -236,6 +238,9 @@ func (k *kwokKubelet) startLocked(pod *corev1.Pod) {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 	}
+	if c, ok := cmd.Stdout.(io.Closer); ok {
+		defer c.Close() // the started process has its own copy
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// The pod is marked before its process starts: from then on, KWOK
 	// leaves its deletion to k.
@@ -247,11 +252,7 @@ func (k *kwokKubelet) startLocked(pod *corev1.Pod) {
 		}
 		return
 	}
-	err := cmd.Start()
-	if c, ok := cmd.Stdout.(io.Closer); ok {
-		_ = c.Close() // the process has its own copy
-	}
-	if err != nil {
+	if err := cmd.Start(); err != nil {
 		k.t.Errorf("pod %s: %v", pod.Name, err)
 		return
 	}
