@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -58,17 +59,24 @@ func TestKWOKConformance(t *testing.T) {
 
 // kwokKubelet is the kubelet of KWOK's fake nodes for the pods of one
 // namespace, with local processes: when KWOK marks a pod Running, it runs
-// the pod's trial (its agent spec's argv, with the gang's RANK) in a
-// process group of its own and annotates the pod kwokProcessAnnotation; when
+// the pod's trial (its agent spec's argv, with the gang's RANK; or, made by
+// newKWOKAgentKubelet, the pod's container itself: `virga agent` and all)
+// in a process group of its own and annotates the pod kwokProcessAnnotation; when
 // the process ends, it annotates the pod with its exit status (128+N for a
 // signal, as a container runtime reports it), which KWOK's stage turns
-// into the pod's phase. A pod's deletion sends SIGTERM to the group and
-// SIGKILL when the grace period ends; once the process ended, the pod gets
+// into the pod's phase. A pod's deletion sends SIGTERM to the group (to a
+// container's first process alone) and SIGKILL when the grace period ends
+// (to a container's every process); once the process ended, the pod gets
 // its terminated status and is removed, as the kubelet does.
 type kwokKubelet struct {
 	t      *testing.T
 	client *Client
 	ns     string
+	// image, if set, is the directory standing for the container image's
+	// binaries (the test's build of virga): the kubelet then runs each
+	// pod's container (see containerCommand), its scratch directories and
+	// logs under root.
+	image, root string
 
 	mu    sync.Mutex
 	procs map[types.UID]*kwokProc
@@ -80,6 +88,8 @@ type kwokKubelet struct {
 // rank labels, its node, and when it started and ended (zero while it runs).
 type kwokRun struct {
 	attempt, trial, rank, node string
+	argv                       []string // the command it ran
+	log                        string   // its output's file (container mode)
 	start, end                 time.Time
 }
 
@@ -91,12 +101,20 @@ type kwokProc struct {
 	ended    bool          // it ended, with code
 	code     int
 	deleting bool // the pod is being deleted: remove it once the process ended
-	gone     bool // the pod was removed
-	run      int  // its index in kwokKubelet.runs
+	// container: the process is a pod's container (PID 1 of its own):
+	// SIGTERM goes to it alone, SIGKILL to every process it started.
+	container bool
+	gone      bool // the pod was removed
+	run       int  // its index in kwokKubelet.runs
 }
 
 func newKWOKKubelet(t *testing.T, client *Client, ns string) *kwokKubelet {
-	k := &kwokKubelet{t: t, client: client, ns: ns, procs: map[types.UID]*kwokProc{}}
+	return startKWOKKubelet(t, &kwokKubelet{t: t, client: client, ns: ns, procs: map[types.UID]*kwokProc{}})
+}
+
+// startKWOKKubelet starts k's informer on its namespace's pods.
+func startKWOKKubelet(t *testing.T, k *kwokKubelet) *kwokKubelet {
+	client, ns := k.client, k.ns
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
 	inf := f.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -166,38 +184,62 @@ func (k *kwokKubelet) terminate(p *kwokProc, grace time.Duration) {
 		return // reaped: its group id may be another's now
 	default:
 	}
-	if grace <= 0 {
+	kill := func() {
+		if p.container {
+			killTree(pgid)
+		}
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	if grace <= 0 {
+		kill()
 		return
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	if p.container {
+		_ = syscall.Kill(pgid, syscall.SIGTERM)
+	} else {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	}
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
 		select {
 		case <-p.done:
 		case <-time.After(grace):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			kill()
 		}
 	}()
 }
 
-// startLocked runs the pod's trial. k.mu is held.
+// startLocked runs the pod's trial, or in container mode its container.
+// k.mu is held.
 func (k *kwokKubelet) startLocked(pod *corev1.Pod) {
-	env := map[string]string{}
-	for _, e := range pod.Spec.Containers[0].Env {
-		env[e.Name] = e.Value
+	var cmd *exec.Cmd
+	var logPath string
+	if k.image != "" {
+		var err error
+		if cmd, logPath, err = k.containerCommand(pod); err != nil {
+			k.t.Errorf("pod %s: %v", pod.Name, err)
+			return
+		}
+	} else {
+		env := map[string]string{}
+		for _, e := range pod.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		spec, err := agent.Decode(env[agent.EnvSpec])
+		if err != nil {
+			k.t.Errorf("pod %s: %v", pod.Name, err)
+			return
+		}
+		cmd = exec.Command(spec.Argv[0], spec.Argv[1:]...)
+		cmd.Dir = spec.Workdir
+		cmd.Env = append(os.Environ(), "RANK="+env[agent.EnvNodeRank], agent.EnvNodeRank+"="+env[agent.EnvNodeRank])
+		for k, v := range spec.Env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
 	}
-	spec, err := agent.Decode(env[agent.EnvSpec])
-	if err != nil {
-		k.t.Errorf("pod %s: %v", pod.Name, err)
-		return
-	}
-	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
-	cmd.Dir = spec.Workdir
-	cmd.Env = append(os.Environ(), "RANK="+env[agent.EnvNodeRank], agent.EnvNodeRank+"="+env[agent.EnvNodeRank])
-	for k, v := range spec.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	if c, ok := cmd.Stdout.(io.Closer); ok {
+		defer c.Close() // the started process has its own copy
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// The pod is marked before its process starts: from then on, KWOK
@@ -214,10 +256,10 @@ func (k *kwokKubelet) startLocked(pod *corev1.Pod) {
 		k.t.Errorf("pod %s: %v", pod.Name, err)
 		return
 	}
-	p := &kwokProc{name: pod.Name, cmd: cmd, done: make(chan struct{}), run: len(k.runs)}
+	p := &kwokProc{name: pod.Name, cmd: cmd, done: make(chan struct{}), run: len(k.runs), container: k.image != ""}
 	k.procs[pod.UID] = p
 	k.runs = append(k.runs, kwokRun{attempt: pod.Labels[LabelAttempt], trial: pod.Labels[LabelTrial],
-		rank: pod.Labels[LabelRank], node: pod.Spec.NodeName, start: time.Now()})
+		rank: pod.Labels[LabelRank], node: pod.Spec.NodeName, argv: cmd.Args, log: logPath, start: time.Now()})
 	k.wg.Add(1)
 	go k.run(pod.UID, p)
 }
