@@ -58,7 +58,7 @@ type Batch struct {
 	// one transaction.
 	NewExperimentEvents []NewExperimentEvent
 	Attempts            []*virga.Attempt
-	Checkpoints []virga.Checkpoint
+	Checkpoints         []virga.Checkpoint
 	// DeleteCheckpoints removes checkpoint records (the files are the caller's).
 	DeleteCheckpoints []CheckpointRef
 	Metrics           []virga.Metric
