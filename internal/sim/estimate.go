@@ -327,7 +327,7 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 	}
 	return PlanEstimate{Plan: name, Pools: pools, Wall: meanDur(walls), WallP10: quantileDur(walls, 0.1), WallP50: quantileDur(walls, 0.5),
 		WallP90: quantileDur(walls, 0.9), Cost: mean(costs), CostP10: quantile(costs, 0.1), CostP50: quantile(costs, 0.5), CostP90: quantile(costs, 0.9),
-		PMeet: float64(met) / float64(samples),
+		PMeet:      float64(met) / float64(samples),
 		Unfinished: float64(unfinished) / float64(samples), Samples: samples}, nil
 }
 
