@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -119,6 +120,9 @@ type estimateReport struct {
 	Unmodelled float64 `json:"unmodelled,omitempty"`
 	// unmodelledGiven is whether Unmodelled came from --unmodelled.
 	unmodelledGiven bool
+	// calibrationErr is why earlier runs could not be read, if they could
+	// not.
+	calibrationErr error
 }
 
 // calibrationUsed is a calibration and the earlier runs it was made from.
@@ -172,8 +176,14 @@ func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOp
 		Attempts: forecast.AttemptShares(e, wm.steps, o.seed), Startup: wm.startup, Unmodelled: o.unmodelled}
 	rep.Startup = wm.startup
 	if !o.unmodelledSet {
-		if pairs, err := g.calibrationPairs(ctx, history); err == nil {
+		// Without earlier runs to read (no state yet, a server older than
+		// the calibration API), the estimate is not calibrated.
+		pairs, err := g.calibrationPairs(ctx, history)
+		switch {
+		case err == nil:
 			rep.Calibration = calibrationFor(e, pairs)
+		case !errors.Is(err, fs.ErrNotExist):
+			rep.calibrationErr = err
 		}
 	}
 	if rep.Calibration != nil {
@@ -366,6 +376,8 @@ func printEstimate(w io.Writer, rep *estimateReport) {
 		fmt.Fprintf(w, "calibrated on %d earlier runs (%s): actual/predicted median %.2f, p10 %.2f, p90 %.2f\n", c.Pairs, c.Of, c.Median, c.P10, c.P90)
 	} else if rep.unmodelledGiven {
 		fmt.Fprintf(w, "unmodelled spread %.2g (--unmodelled)\n", rep.Unmodelled)
+	} else if rep.calibrationErr != nil {
+		fmt.Fprintf(w, "not calibrated (earlier runs could not be read: %v): unmodelled spread %.2g\n", rep.calibrationErr, rep.Unmodelled)
 	} else {
 		fmt.Fprintf(w, "not calibrated (fewer than %d earlier runs with an estimate): unmodelled spread %.2g\n", forecast.MinPairs, rep.Unmodelled)
 	}

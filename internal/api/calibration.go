@@ -23,8 +23,9 @@ func (s *Server) calibration(w http.ResponseWriter, r *http.Request) {
 }
 
 // calibrationPairs reads the pairs of the completed experiments named name
-// (all if ""). A canceled or failed run is left out: its time says nothing
-// of what the whole run would have taken. Its cost is what its attempts
+// (all if ""). A stopped or failed run is left out: its time says nothing
+// of what the whole run would have taken; so is one paused on the way,
+// whose time includes the pause. Its cost is what its attempts
 // cost (all have ended), its wall time from submission to end.
 func (s *Server) calibrationPairs(ctx context.Context, name string) ([]forecast.Pair, error) {
 	exps, err := s.st.Experiments(ctx, store.ExperimentFilter{States: []virga.ExperimentState{virga.ExperimentCompleted}})
@@ -41,13 +42,16 @@ func (s *Server) calibrationPairs(ctx context.Context, name string) ([]forecast.
 			return nil, err
 		}
 		var kept forecast.Kept
-		found := false
+		found, paused := false, false
 		for _, ev := range evs {
-			if ev.Kind == virga.EventExperimentEstimate {
+			switch ev.Kind {
+			case virga.EventExperimentEstimate:
 				kept, found = forecast.KeptPlan(ev.Message)
+			case virga.EventExperimentPause:
+				paused = true
 			}
 		}
-		if !found {
+		if !found || paused {
 			continue
 		}
 		as, err := s.st.ExperimentAttempts(ctx, e.ID)

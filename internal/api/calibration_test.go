@@ -20,8 +20,8 @@ import (
 // TestCalibrationPairs: every completed experiment submitted with an
 // estimate is a pair of that estimate's plan (Virga's) and what the run
 // took (submission to end, the sum of its attempts' costs); one without an
-// estimate, a stopped one and an active one are not; name= keeps one
-// name's.
+// estimate, a stopped one, one paused on the way and an active one are not;
+// name= keeps one name's.
 func TestCalibrationPairs(t *testing.T) {
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "virga.db"))
@@ -63,6 +63,10 @@ func TestCalibrationPairs(t *testing.T) {
 	add("mnist", virga.ExperimentCompleted, time.Hour, "", 1)              // no estimate
 	add("mnist", virga.ExperimentStopped, time.Hour, est, 1)               // stopped: not the whole run
 	add("mnist", virga.ExperimentActive, 0, est)                           // still running
+	paused := add("mnist", virga.ExperimentCompleted, 5*time.Hour, est, 1) // paused on the way
+	if err := st.Apply(ctx, &store.Batch{Events: []*virga.Event{{ExperimentID: paused.ID, Kind: virga.EventExperimentPause, Message: "user request", Time: t0}}}); err != nil {
+		t.Fatal(err)
+	}
 	other := add("cifar", virga.ExperimentCompleted, 2*time.Hour, est, 10) // another name
 
 	// A read-only API (no controller) over the store, as the CLI runs it.
