@@ -83,7 +83,8 @@ func (p Pair) Ratio() (r float64, ok bool) {
 	if p.Wall <= 0 || !(pred > 0) || math.IsInf(pred, 0) {
 		return 0, false
 	}
-	return float64(p.Wall) / pred, true
+	r = float64(p.Wall) / pred
+	return r, r > 0 && !math.IsInf(r, 0)
 }
 
 // MinPairs is the fewest pairs a calibration is made from. With n pairs the

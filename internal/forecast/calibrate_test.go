@@ -157,9 +157,38 @@ func TestKeptPlan(t *testing.T) {
 	if r, ok := p.Ratio(); !ok || math.Abs(r-1.5) > 1e-9 {
 		t.Errorf("Ratio of a run of 150 against 125 calibrated by 1.25 = %v, %v; want 1.5 (against the model's 100)", r, ok)
 	}
+	if r, ok := (Pair{Predicted: Kept{WallP50: 1, Shift: 1e308}, Wall: time.Hour}).Ratio(); ok {
+		t.Errorf("Ratio against a median of 1e-308 ns = %v; want none", r)
+	}
 	for _, bad := range []string{``, `{}`, `{"plans":[]}`, `not json`} {
 		if _, ok := KeptPlan(bad); ok {
 			t.Errorf("KeptPlan(%q) ok; want none", bad)
 		}
 	}
+}
+
+// FuzzKeptPlan: any kept estimate is read without panicking, and a plan
+// read has a shift that divides (positive and finite) and a median that is
+// its own or its mean.
+func FuzzKeptPlan(f *testing.F) {
+	f.Add(`{"plans":[{"plan":"virga","wall":4,"wall_p50":5}],"calibration":{"median":1.25}}`)
+	f.Add(`{"plans":[{"plan":"on-demand","wall":2}]}`)
+	f.Add(`{"plans":[{"plan":"x","wall":-1,"wall_p50":-3}],"calibration":{"median":-1}}`)
+	f.Add(`{"plans":[],"calibration":null}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		k, ok := KeptPlan(s)
+		if !ok {
+			return
+		}
+		if !(k.Shift > 0) || math.IsInf(k.Shift, 0) {
+			t.Errorf("KeptPlan(%q): shift %v", s, k.Shift)
+		}
+		if k.WallP50 <= 0 && k.WallP50 != k.Wall {
+			t.Errorf("KeptPlan(%q): median %v, mean %v", s, k.WallP50, k.Wall)
+		}
+		p := Pair{Predicted: k, Wall: time.Hour}
+		if r, ok := p.Ratio(); ok && (!(r > 0) || math.IsInf(r, 0)) {
+			t.Errorf("Ratio of %+v = %v", k, r)
+		}
+	})
 }
