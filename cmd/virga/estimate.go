@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -40,6 +41,9 @@ type estimateOpts struct {
 	configs    int
 	profileFor time.Duration
 	unmodelled float64
+	// unmodelledSet is whether --unmodelled was given: it then wins over a
+	// calibration from earlier runs.
+	unmodelledSet bool
 }
 
 func newEstimateCmd(g *globals) *cobra.Command {
@@ -53,9 +57,16 @@ trace from random offsets, or its rate model).
 
 The work comes from the steps per trial (--steps, else the searcher's max_resource, else earlier runs of an
 experiment of the same name) and the time per step on one node (--step-time, else earlier runs). Early
-stopping by asha or hyperband is counted with its expected share of the steps.`,
+stopping by asha or hyperband is counted with its expected share of the steps.
+
+What the model leaves out (contention, the control loop's gaps, other load) is learnt from earlier runs: every
+completed experiment submitted with an estimate (virga run --capacity or --estimate) is a pair of that estimate and
+what the run took. With at least 3 pairs of experiments of the same name (else of the same entrypoint, else of all),
+the log of actual over predicted wall time shifts and widens the forecast (a Student's t prediction interval);
+with fewer, --unmodelled's spread is used. An explicit --unmodelled wins over a calibration.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.unmodelledSet = cmd.Flags().Changed("unmodelled")
 			return g.estimate(cmd.Context(), args[0], o)
 		},
 	}
@@ -70,7 +81,7 @@ stopping by asha or hyperband is counted with its expected share of the steps.`,
 	f.IntVar(&o.profile, "profile", 0, "run a few configurations that span the space on this machine, this many steps each, to learn the time per step")
 	f.IntVar(&o.configs, "profile-configs", 4, "configurations --profile runs")
 	f.DurationVar(&o.profileFor, "profile-timeout", 10*time.Minute, "longest the --profile run of one group of configurations (max_concurrent at once) may take")
-	f.Float64Var(&o.unmodelled, "unmodelled", forecast.DefaultUnmodelled, "log standard deviation of the time the model leaves out (contention, the loop's gaps, other load); 0: none")
+	f.Float64Var(&o.unmodelled, "unmodelled", forecast.DefaultUnmodelled, "log standard deviation of the time the model leaves out (contention, the loop's gaps, other load), when fewer than 3 earlier runs calibrate it; given, it is used even then; 0: none")
 	f.DurationVar(&o.checkpoint, "checkpoint-interval", 0, "work between checkpoints; 0: the trial saves at the reclaim warning")
 	return cmd
 }
@@ -101,6 +112,25 @@ type estimateReport struct {
 	// Startup is what each attempt takes before its first step, measured
 	// by the profile: billed, no progress, like a pool's restart overhead.
 	Startup time.Duration `json:"startup,omitempty"`
+	// Calibration, when set, is what earlier runs say of the model's error:
+	// it stretched and spread the plans in place of Unmodelled.
+	Calibration *calibrationUsed `json:"calibration,omitempty"`
+	// Unmodelled is the spread used for what the model leaves out when no
+	// calibration was (0: none).
+	Unmodelled float64 `json:"unmodelled,omitempty"`
+	// unmodelledGiven is whether Unmodelled came from --unmodelled.
+	unmodelledGiven bool
+	// calibrationErr is why earlier runs could not be read, if they could
+	// not.
+	calibrationErr error
+}
+
+// calibrationUsed is a calibration and the earlier runs it was made from.
+type calibrationUsed struct {
+	forecast.Calibration
+	// Of says whose runs: "experiment NAME", "entrypoint ARGV" or "all
+	// experiments".
+	Of string `json:"of"`
 }
 
 func (g *globals) estimate(ctx context.Context, file string, o estimateOpts) error {
@@ -145,6 +175,22 @@ func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOp
 	in := sim.EstimateInput{Work: work, Slots: e.MaxConcurrent, Spot: spot, OnDemand: od, Checkpoint: o.checkpoint, Samples: o.samples, Seed: o.seed, Start: now,
 		Attempts: forecast.AttemptShares(e, wm.steps, o.seed), Startup: wm.startup, Unmodelled: o.unmodelled}
 	rep.Startup = wm.startup
+	if !o.unmodelledSet {
+		// Without earlier runs to read (no state yet, a server older than
+		// the calibration API), the estimate is not calibrated.
+		pairs, err := g.calibrationPairs(ctx, history)
+		switch {
+		case err == nil:
+			rep.Calibration = calibrationFor(e, pairs)
+		case !errors.Is(err, fs.ErrNotExist):
+			rep.calibrationErr = err
+		}
+	}
+	if rep.Calibration != nil {
+		in.Factor, in.Unmodelled = rep.Calibration.Factor, 0
+	} else {
+		rep.Unmodelled, rep.unmodelledGiven = max(o.unmodelled, 0), o.unmodelledSet
+	}
 	if wm.model != nil {
 		if in.WorkDraws, err = workDraws(e, wm.model, total, max(o.samples, 1), o.seed); err != nil {
 			return nil, err
@@ -184,6 +230,58 @@ func (g *globals) computeEstimate(ctx context.Context, file string, o estimateOp
 	rep.Budget = e.Budget
 	rep.PerTrial = total / float64(max(e.MaxTrials, 1))
 	return &rep, nil
+}
+
+// maxPairs is how many of the newest pairs a calibration is made from:
+// the code, data and machines of older runs are less like the next one's.
+const maxPairs = 50
+
+// calibrationFor makes the calibration of an estimate of e from the newest
+// pairs (newest first) of experiments of its name, else of its entrypoint,
+// else of all: the first with at least forecast.MinPairs; nil if none has.
+func calibrationFor(e *spec.Experiment, pairs []forecast.Pair) *calibrationUsed {
+	for _, scope := range []struct {
+		of   string
+		keep func(forecast.Pair) bool
+	}{
+		{"experiment " + e.Name, func(p forecast.Pair) bool { return p.Name == e.Name }},
+		{"entrypoint " + strings.Join(e.Entrypoint.Argv, " "), func(p forecast.Pair) bool {
+			return len(e.Entrypoint.Argv) > 0 && slices.Equal(p.Entrypoint, e.Entrypoint.Argv)
+		}},
+		{"all experiments", func(forecast.Pair) bool { return true }},
+	} {
+		var kept []forecast.Pair
+		for _, p := range pairs {
+			if _, ok := p.Ratio(); ok && scope.keep(p) && len(kept) < maxPairs {
+				kept = append(kept, p)
+			}
+		}
+		if c, ok := forecast.Calibrate(kept); ok {
+			return &calibrationUsed{Calibration: c, Of: scope.of}
+		}
+	}
+	return nil
+}
+
+// calibrationPairs reads the calibration pairs of c's server, or of the
+// one of the data directory (none if it has no state yet).
+func (g *globals) calibrationPairs(ctx context.Context, c *client.Client) ([]forecast.Pair, error) {
+	if c != nil {
+		return c.Calibration(ctx, "")
+	}
+	if g.server == "" {
+		if _, ok := server.Running(g.dataDir); !ok {
+			if _, err := os.Stat(filepath.Join(g.dataDir, "virga.db")); err != nil {
+				return nil, err
+			}
+		}
+	}
+	c, done, err := g.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return c.Calibration(ctx, "")
 }
 
 // roundWall rounds a forecast time to what is worth printing: seconds
@@ -274,6 +372,15 @@ func printEstimate(w io.Writer, rep *estimateReport) {
 		fmt.Fprintf(w, "; each attempt %s to start", fmtDuration(rep.Startup))
 	}
 	fmt.Fprintln(w)
+	if c := rep.Calibration; c != nil {
+		fmt.Fprintf(w, "calibrated on %d earlier runs (%s): actual/predicted median %.2f, p10 %.2f, p90 %.2f\n", c.Pairs, c.Of, c.Median, c.P10, c.P90)
+	} else if rep.unmodelledGiven {
+		fmt.Fprintf(w, "unmodelled spread %.2g (--unmodelled)\n", rep.Unmodelled)
+	} else if rep.calibrationErr != nil {
+		fmt.Fprintf(w, "not calibrated (earlier runs could not be read: %v): unmodelled spread %.2g\n", rep.calibrationErr, rep.Unmodelled)
+	} else {
+		fmt.Fprintf(w, "not calibrated (fewer than %d earlier runs with an estimate): unmodelled spread %.2g\n", forecast.MinPairs, rep.Unmodelled)
+	}
 	if !rep.Deadline.IsZero() {
 		fmt.Fprintf(w, "deadline %s (in %s)", fmtTime(rep.Deadline), fmtDuration(time.Until(rep.Deadline).Round(time.Minute)))
 	} else {

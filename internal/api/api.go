@@ -103,6 +103,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/experiments/{id}/best", s.best)
 	m.HandleFunc("GET /api/v1/experiments/{id}/events", s.events)
 	m.HandleFunc("GET /api/v1/experiments/{id}/watch", s.watch)
+	m.HandleFunc("GET /api/v1/calibration", s.calibration)
 	m.HandleFunc("GET /api/v1/trials/{id}", s.getTrial)
 	m.HandleFunc("GET /api/v1/trials/{id}/metrics", s.metrics)
 	m.HandleFunc("GET /api/v1/trials/{id}/checkpoints", s.checkpoints)

@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
-	"time"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/wire"
@@ -66,23 +64,9 @@ func (s *Server) forecast(ctx context.Context, v *wire.ExperimentView, trials []
 // experiment (virga estimate --json): Virga's own plan when it has one,
 // else on-demand, else the first; nil if there is none.
 func keptForecast(msg string) *forecast.Before {
-	var rep struct {
-		Plans []struct {
-			Plan string        `json:"plan"`
-			Wall time.Duration `json:"wall"`
-			Cost float64       `json:"cost"`
-		} `json:"plans"`
-	}
-	if json.Unmarshal([]byte(msg), &rep) != nil || len(rep.Plans) == 0 {
+	k, ok := forecast.KeptPlan(msg)
+	if !ok {
 		return nil
 	}
-	pick := rep.Plans[0]
-	for _, want := range []string{"on-demand", "virga"} {
-		for _, p := range rep.Plans {
-			if p.Plan == want {
-				pick = p
-			}
-		}
-	}
-	return &forecast.Before{Wall: pick.Wall, Cost: pick.Cost}
+	return &forecast.Before{Wall: k.Wall, Cost: k.Cost}
 }

@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -163,13 +164,28 @@ type countingStore struct {
 	store.Store
 	applies atomic.Int64
 	rows    atomic.Int64
+	// dieAfterInsert, when set, makes every write after the first that
+	// inserts an experiment fail, as if the process had died right after
+	// that commit.
+	dieAfterInsert, dead atomic.Bool
 }
 
+// errDied is the error of a countingStore's writes after its death.
+var errDied = errors.New("the process died")
+
 func (c *countingStore) Apply(ctx context.Context, b *store.Batch) error {
+	if c.dead.Load() {
+		return errDied
+	}
 	c.applies.Add(1)
-	c.rows.Add(int64(len(b.Experiments) + len(b.Trials) + len(b.NewAttempts) + len(b.Attempts) + len(b.Checkpoints) +
-		len(b.DeleteCheckpoints) + len(b.Metrics) + len(b.Events)))
-	return c.Store.Apply(ctx, b)
+	c.rows.Add(int64(len(b.Experiments) + len(b.Trials) + len(b.NewAttempts) + len(b.NewExperimentEvents) + len(b.Attempts) +
+		len(b.Checkpoints) + len(b.DeleteCheckpoints) + len(b.Metrics) + len(b.Events)))
+	inserts := slices.ContainsFunc(b.Experiments, func(e *virga.Experiment) bool { return e.ID == 0 })
+	err := c.Store.Apply(ctx, b)
+	if err == nil && inserts && c.dieAfterInsert.Load() {
+		c.dead.Store(true)
+	}
+	return err
 }
 
 // harness is a controller over a real SQLite store and a real checkpoint

@@ -119,8 +119,8 @@ func (c *Controller) apply(ctx context.Context, b *store.Batch) error {
 
 // batchChanges is how many rows b writes or deletes.
 func batchChanges(b *store.Batch) int {
-	return len(b.Experiments) + len(b.Trials) + len(b.NewAttempts) + len(b.Attempts) + len(b.Checkpoints) +
-		len(b.DeleteCheckpoints) + len(b.Metrics) + len(b.Events)
+	return len(b.Experiments) + len(b.Trials) + len(b.NewAttempts) + len(b.NewExperimentEvents) + len(b.Attempts) +
+		len(b.Checkpoints) + len(b.DeleteCheckpoints) + len(b.Metrics) + len(b.Events)
 }
 
 func (m *metrics) reported(newCheckpoint bool) {

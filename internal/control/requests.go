@@ -12,6 +12,7 @@ import (
 	"github.com/virga-ml/virga/internal/checkpoint"
 	"github.com/virga-ml/virga/internal/search"
 	"github.com/virga-ml/virga/internal/spec"
+	"github.com/virga-ml/virga/internal/store"
 )
 
 type submitReq struct {
@@ -91,20 +92,21 @@ func (c *Controller) handleSubmit(it *iteration, r *submitReq) {
 	es := &expState{exp: exp, spec: r.spec, searcher: s}
 	es.pol.hint = hintOf(r.estimate)
 	it.b.Experiments = append(it.b.Experiments, exp)
-	ev := &virga.Event{Kind: virga.EventExperimentCreated, Message: fmt.Sprintf("%s (seed %d)", r.file, seed), Time: now}
+	// Its creation and the estimate submitted with it are written with it,
+	// in the same transaction: once the submission is answered, a crash
+	// loses neither.
+	it.b.NewExperimentEvents = append(it.b.NewExperimentEvents, store.NewExperimentEvent{Experiment: exp,
+		Event: &virga.Event{Kind: virga.EventExperimentCreated, Message: fmt.Sprintf("%s (seed %d)", r.file, seed), Time: now}})
+	if len(r.estimate) > 0 {
+		it.b.NewExperimentEvents = append(it.b.NewExperimentEvents, store.NewExperimentEvent{Experiment: exp,
+			Event: &virga.Event{Kind: virga.EventExperimentEstimate, Message: string(r.estimate), Time: now}})
+	}
 	it.after = append(it.after, func() {
 		c.exps[exp.ID] = es
 		e := *exp
 		r.reply <- result[*virga.Experiment]{v: &e}
 	})
-	// The event needs the experiment ID: record it in the next pass.
-	it.after = append(it.after, func() {
-		ev.ExperimentID = exp.ID
-		c.pendingEvents = append(c.pendingEvents, ev)
-		if len(r.estimate) > 0 {
-			c.pendingEvents = append(c.pendingEvents, &virga.Event{ExperimentID: exp.ID, Kind: virga.EventExperimentEstimate, Message: string(r.estimate), Time: now})
-		}
-	})
+	// Schedule its first trials in the next pass, now that it is known.
 	it.again = true
 }
 

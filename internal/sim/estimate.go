@@ -34,6 +34,10 @@ type EstimateInput struct {
 	// other load): each sample's attempts run exp(Unmodelled*z) times as
 	// long as the model says, z standard normal. 0: none.
 	Unmodelled float64
+	// Factor, if set, replaces Unmodelled: it draws from r how many times
+	// as long as the model says a sample's attempts run (a calibration
+	// from earlier runs: forecast.Calibration.Factor).
+	Factor func(r *rand.Rand) float64
 	// Startup is what every attempt takes before its first step, on any
 	// pool (starting its process, the trainer's set-up): billed, no
 	// progress, on top of the pool's restart overhead.
@@ -64,15 +68,17 @@ type PlanEstimate struct {
 	Plan string `json:"plan"` // on-demand, spot-only, virga
 	// Pools it uses.
 	Pools []string `json:"pools"`
-	// Wall is the mean wall time to finish, WallP10 and WallP90 its 10th
-	// and 90th percentiles.
+	// Wall is the mean wall time to finish, WallP10, WallP50 and WallP90
+	// its 10th, 50th and 90th percentiles.
 	Wall    time.Duration `json:"wall"`
 	WallP10 time.Duration `json:"wall_p10"`
+	WallP50 time.Duration `json:"wall_p50"`
 	WallP90 time.Duration `json:"wall_p90"`
-	// Cost is the mean cost in dollars, CostP10 and CostP90 its 10th and
-	// 90th percentiles.
+	// Cost is the mean cost in dollars, CostP10, CostP50 and CostP90 its
+	// 10th, 50th and 90th percentiles.
 	Cost    float64 `json:"cost"`
 	CostP10 float64 `json:"cost_p10"`
+	CostP50 float64 `json:"cost_p50"`
 	CostP90 float64 `json:"cost_p90"`
 	// PMeet is the fraction of samples that met the deadline (1 with no
 	// deadline when every sample finished).
@@ -130,7 +136,7 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 			draws = []time.Duration{in.Work}
 		}
 		n := len(draws)
-		if in.Unmodelled > 0 {
+		if in.Unmodelled > 0 || in.Factor != nil {
 			n = max(n, samples)
 		}
 		walls := make([]time.Duration, n)
@@ -154,8 +160,9 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 				met++
 			}
 		}
-		out = append(out, PlanEstimate{Plan: "on-demand", Pools: []string{in.OnDemand.Name}, Wall: meanDur(walls), WallP10: quantileDur(walls, 0.1), WallP90: quantileDur(walls, 0.9),
-			Cost: mean(costs), CostP10: quantile(costs, 0.1), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(n), Samples: n})
+		out = append(out, PlanEstimate{Plan: "on-demand", Pools: []string{in.OnDemand.Name}, Wall: meanDur(walls), WallP10: quantileDur(walls, 0.1), WallP50: quantileDur(walls, 0.5),
+			WallP90: quantileDur(walls, 0.9), Cost: mean(costs), CostP10: quantile(costs, 0.1), CostP50: quantile(costs, 0.5), CostP90: quantile(costs, 0.9),
+			PMeet: float64(met) / float64(n), Samples: n})
 	}
 	if in.Spot != nil {
 		spotOnly, err := monteCarlo(in, samples, slots, schedule.SpotOnly{}, odPrice, false)
@@ -188,12 +195,15 @@ func Estimate(in EstimateInput) ([]PlanEstimate, error) {
 }
 
 // unmodelled is sample i's factor for what the model leaves out
-// (EstimateInput.Unmodelled), drawn from the estimate's seed.
+// (EstimateInput.Factor, else Unmodelled), drawn from the estimate's seed.
 func unmodelled(in EstimateInput, i int) float64 {
-	if in.Unmodelled <= 0 {
+	if in.Factor == nil && in.Unmodelled <= 0 {
 		return 1
 	}
 	r := rand.New(rand.NewPCG(in.Seed^0x756e6d6f64656c6c, uint64(i)))
+	if in.Factor != nil {
+		return in.Factor(r)
+	}
 	return math.Exp(in.Unmodelled * r.NormFloat64())
 }
 
@@ -315,8 +325,9 @@ func monteCarlo(in EstimateInput, samples, slots int, policy schedule.Policy, od
 		pools = append(pools, in.OnDemand.Name)
 		name = "virga"
 	}
-	return PlanEstimate{Plan: name, Pools: pools, Wall: meanDur(walls), WallP10: quantileDur(walls, 0.1), WallP90: quantileDur(walls, 0.9),
-		Cost: mean(costs), CostP10: quantile(costs, 0.1), CostP90: quantile(costs, 0.9), PMeet: float64(met) / float64(samples),
+	return PlanEstimate{Plan: name, Pools: pools, Wall: meanDur(walls), WallP10: quantileDur(walls, 0.1), WallP50: quantileDur(walls, 0.5),
+		WallP90: quantileDur(walls, 0.9), Cost: mean(costs), CostP10: quantile(costs, 0.1), CostP50: quantile(costs, 0.5), CostP90: quantile(costs, 0.9),
+		PMeet:      float64(met) / float64(samples),
 		Unfinished: float64(unfinished) / float64(samples), Samples: samples}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/capacity"
+	"github.com/virga-ml/virga/internal/forecast"
 	"github.com/virga-ml/virga/internal/spec"
 )
 
@@ -165,5 +166,36 @@ func TestEstimateUnmodelled(t *testing.T) {
 	var late *InfeasibleError
 	if !errors.As(err, &late) || late.Earliest != base {
 		t.Errorf("deadline 9h: %v, want infeasible with the earliest finish %s", err, base)
+	}
+}
+
+// TestEstimateCalibrated: a calibration from earlier runs that took 1.5
+// times the prediction moves the on-demand plan's median by 1.5 and gives
+// it the calibration's p10 and p90 (the on-demand plan has no spread of
+// its own), in place of the unmodelled share.
+func TestEstimateCalibrated(t *testing.T) {
+	spot, od := pools(t, 0.5, time.Hour)
+	c := forecast.Calibration{Pairs: 8, Mu: math.Log(1.5), Sigma: 0.2}
+	c.Median = 1.5
+	c.P10, c.P90 = 1.5*math.Exp(-0.2*1.415*math.Sqrt(1+1.0/8)), 1.5*math.Exp(0.2*1.415*math.Sqrt(1+1.0/8)) // t(7) 90th percentile: 1.415
+	in := EstimateInput{Work: 40 * time.Hour, Slots: 4, OnDemand: od, Spot: spot, Samples: 2000, Seed: 3, Unmodelled: 0.3, Factor: c.Factor}
+	got, err := Estimate(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := 10*time.Hour + 5*time.Minute
+	o := got[0]
+	for _, q := range []struct {
+		name      string
+		got       time.Duration
+		wantRatio float64
+	}{{"p10", o.WallP10, c.P10}, {"p50", o.WallP50, c.Median}, {"p90", o.WallP90, c.P90}} {
+		// The restart overhead is stretched too: the ratio is of the whole.
+		if r := q.got.Hours() / base.Hours(); math.Abs(r/q.wantRatio-1) > 0.03 {
+			t.Errorf("on-demand %s %s: %.3f times the model's %s; want %.3f", q.name, q.got, r, base, q.wantRatio)
+		}
+	}
+	if o.Samples != 2000 {
+		t.Errorf("on-demand plan over %d samples; want 2000", o.Samples)
 	}
 }

@@ -50,8 +50,15 @@ type Batch struct {
 	// NewAttempts are attempts of trials that this same batch inserts: each
 	// is inserted right after Trials, its TrialID taken from its trial's new ID.
 	NewAttempts []NewAttempt
-	Attempts    []*virga.Attempt
-	Checkpoints []virga.Checkpoint
+	// NewExperimentEvents are events of experiments that this same batch
+	// inserts (its Experiments with ID 0): each is inserted after its
+	// experiment and before the batch's other events, its ExperimentID
+	// taken from the experiment's new ID. So an experiment and what is said
+	// of it at its creation (the estimate submitted with it) are stored in
+	// one transaction.
+	NewExperimentEvents []NewExperimentEvent
+	Attempts            []*virga.Attempt
+	Checkpoints         []virga.Checkpoint
 	// DeleteCheckpoints removes checkpoint records (the files are the caller's).
 	DeleteCheckpoints []CheckpointRef
 	Metrics           []virga.Metric
@@ -65,6 +72,13 @@ type NewAttempt struct {
 	Attempt *virga.Attempt
 }
 
+// NewExperimentEvent pairs an event with the experiment, inserted in the
+// same batch, that it belongs to.
+type NewExperimentEvent struct {
+	Experiment *virga.Experiment
+	Event      *virga.Event
+}
+
 // CheckpointRef names one checkpoint record of one trial.
 type CheckpointRef struct {
 	TrialID int64
@@ -73,7 +87,7 @@ type CheckpointRef struct {
 
 // Empty reports whether the batch holds no change.
 func (b *Batch) Empty() bool {
-	return len(b.Experiments)+len(b.Trials)+len(b.NewAttempts)+len(b.Attempts)+len(b.Checkpoints)+
+	return len(b.Experiments)+len(b.Trials)+len(b.NewAttempts)+len(b.NewExperimentEvents)+len(b.Attempts)+len(b.Checkpoints)+
 		len(b.DeleteCheckpoints)+len(b.Metrics)+len(b.Events) == 0
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/wire"
+	"github.com/virga-ml/virga/internal/forecast"
 )
 
 // Client calls one Virga server.
@@ -145,6 +146,19 @@ func (c *Client) Experiments(ctx context.Context, states []string, limit int) ([
 	}
 	var out []wire.ExperimentView
 	err := c.do(ctx, http.MethodGet, "/api/v1/experiments?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// Calibration lists the calibration pairs (each completed experiment's
+// estimate beside what its run took) of experiments named name, or of all
+// if name is "", newest first.
+func (c *Client) Calibration(ctx context.Context, name string) ([]forecast.Pair, error) {
+	q := url.Values{}
+	if name != "" {
+		q.Set("name", name)
+	}
+	var out []forecast.Pair
+	err := c.do(ctx, http.MethodGet, "/api/v1/calibration?"+q.Encode(), nil, &out)
 	return out, err
 }
 

@@ -55,6 +55,15 @@ func (w *writer) apply(b *store.Batch) error {
 			return err
 		}
 	}
+	for _, ne := range b.NewExperimentEvents {
+		if ne.Event.ID == 0 && ne.Event.ExperimentID == 0 {
+			ne.Event.ExperimentID = ne.Experiment.ID
+			w.ids = append(w.ids, &ne.Event.ExperimentID)
+		}
+		if err := w.event(ne.Event); err != nil {
+			return err
+		}
+	}
 	for _, t := range b.Trials {
 		if err := w.trial(t); err != nil {
 			return err

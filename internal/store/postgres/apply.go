@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -41,8 +42,38 @@ type queue struct {
 }
 
 func (q *queue) build(b *store.Batch) error {
+	// The events of a new experiment follow its insert, which they take
+	// its ID from (the batch is one pipeline: the ID is not known here).
+	evs := make(map[*virga.Experiment][]*virga.Event, len(b.NewExperimentEvents))
+	for _, ne := range b.NewExperimentEvents {
+		if ne.Experiment.ID != 0 || ne.Event.ID != 0 || ne.Event.ExperimentID != 0 {
+			if ne.Event.ID == 0 && ne.Event.ExperimentID == 0 {
+				ne.Event.ExperimentID = ne.Experiment.ID
+			}
+			evs[nil] = append(evs[nil], ne.Event)
+			continue
+		}
+		if !slices.Contains(b.Experiments, ne.Experiment) {
+			return fmt.Errorf("event %s: its experiment %q is neither stored nor inserted by the batch", ne.Event.Kind, ne.Experiment.Name)
+		}
+		evs[ne.Experiment] = append(evs[ne.Experiment], ne.Event)
+	}
 	for _, e := range b.Experiments {
+		isNew := e.ID == 0
 		if err := q.experiment(e); err != nil {
+			return err
+		}
+		if !isNew {
+			continue
+		}
+		for _, ev := range evs[e] {
+			if err := q.newExperimentEvent(ev); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ev := range evs[nil] {
+		if err := q.event(ev); err != nil {
 			return err
 		}
 	}
@@ -279,6 +310,26 @@ func (q *queue) metrics(ms []virga.Metric) error {
 		ON CONFLICT (trial_id, step) DO UPDATE SET
 			attempt_id = excluded.attempt_id, values_json = excluded.values_json, time = excluded.time`,
 		trials, steps, attempts, values, times)
+	return nil
+}
+
+// newExperimentEvent queues the insert of an event of the experiment the
+// statement before inserted (the last ID its sequence gave in this
+// transaction).
+func (q *queue) newExperimentEvent(e *virga.Event) error {
+	var enc column.Encoder
+	args := []any{e.TrialID, e.AttemptID, string(e.Kind), e.Message, enc.Time("time", e.Time)}
+	if enc.Err != nil {
+		return fmt.Errorf("event %s: %w", e.Kind, enc.Err)
+	}
+	q.b.Queue(`INSERT INTO events (experiment_id, trial_id, attempt_id, kind, message, time)
+		VALUES (currval(pg_get_serial_sequence('experiments', 'id')), $1, $2, $3, $4, $5) RETURNING id, experiment_id`, args...).Fn = func(br pgx.BatchResults) error {
+		if err := br.QueryRow().Scan(&e.ID, &e.ExperimentID); err != nil {
+			return wrap(err, "inserting event %s", e.Kind)
+		}
+		q.ids = append(q.ids, &e.ID, &e.ExperimentID)
+		return nil
+	}
 	return nil
 }
 

@@ -44,6 +44,15 @@ func (s *Store) apply(ctx context.Context, b *store.Batch, ids *[]*int64) error 
 			return err
 		}
 	}
+	for _, ne := range b.NewExperimentEvents {
+		if ne.Event.ID == 0 && ne.Event.ExperimentID == 0 {
+			ne.Event.ExperimentID = ne.Experiment.ID
+			*ids = append(*ids, &ne.Event.ExperimentID)
+		}
+		if err := w.events([]*virga.Event{ne.Event}); err != nil {
+			return err
+		}
+	}
 	for _, t := range b.Trials {
 		if err := w.trial(t); err != nil {
 			return err

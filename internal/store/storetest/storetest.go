@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"TrialLineageAndPrediction", testTrialLineageAndPrediction},
 		{"AttemptRoundTrip", testAttemptRoundTrip},
 		{"NewAttempts", testNewAttempts},
+		{"NewExperimentEvents", testNewExperimentEvents},
 		{"AttemptCost", testAttemptCost},
 		{"UpdateKeepsFixedFields", testUpdateKeepsFixedFields},
 		{"NotFound", testNotFound},
@@ -498,6 +499,58 @@ func testNewAttempts(t *testing.T, s store.Store) {
 	wantErr(t, "batch with a missing attempt", err, virga.ErrNotFound)
 	if t4.ID != 0 || a4.ID != 0 || a4.TrialID != 0 {
 		t.Errorf("after a failed batch: trial ID %d, attempt ID %d, attempt trial ID %d; want all 0", t4.ID, a4.ID, a4.TrialID)
+	}
+}
+
+// testNewExperimentEvents inserts experiments and their first events in one
+// batch: each event gets its own experiment's new ID (two new experiments
+// in one batch, and one already stored); a failing batch stores none of
+// them and leaves their IDs at 0.
+func testNewExperimentEvents(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	old := newExperiment("old")
+	apply(t, s, &store.Batch{Experiments: []*virga.Experiment{old}})
+	e1, e2 := newExperiment("one"), newExperiment("two")
+	ev := func(kind virga.EventKind, msg string) *virga.Event {
+		return &virga.Event{Kind: kind, Message: msg, Time: at(time.Second)}
+	}
+	c1, est1 := ev(virga.EventExperimentCreated, "one.yaml"), ev(virga.EventExperimentEstimate, `{"work":1}`)
+	c2, est2 := ev(virga.EventExperimentCreated, "two.yaml"), ev(virga.EventExperimentEstimate, `{"work":2}`)
+	note := ev(virga.EventExperimentStop, "of the old one")
+	apply(t, s, &store.Batch{Experiments: []*virga.Experiment{e1, e2},
+		NewExperimentEvents: []store.NewExperimentEvent{{Experiment: e1, Event: c1}, {Experiment: e2, Event: c2},
+			{Experiment: e1, Event: est1}, {Experiment: e2, Event: est2}, {Experiment: old, Event: note}}})
+	for _, c := range []struct {
+		exp  *virga.Experiment
+		want []*virga.Event
+	}{{e1, []*virga.Event{c1, est1}}, {e2, []*virga.Event{c2, est2}}, {old, []*virga.Event{note}}} {
+		if c.exp.ID == 0 {
+			t.Fatalf("experiment %q has no ID after the batch", c.exp.Name)
+		}
+		var want []virga.Event
+		for _, e := range c.want {
+			if e.ExperimentID != c.exp.ID || e.ID == 0 {
+				t.Errorf("event %s %q: experiment ID %d, ID %d; want experiment %d and a new ID", e.Kind, e.Message, e.ExperimentID, e.ID, c.exp.ID)
+			}
+			want = append(want, *e)
+		}
+		got, err := s.Events(ctx, store.EventFilter{ExperimentID: c.exp.ID})
+		if err != nil {
+			t.Fatalf("Events of experiment %d: %v", c.exp.ID, err)
+		}
+		diff(t, fmt.Sprintf("events of experiment %q", c.exp.Name), want, got)
+	}
+	// A batch that fails later stores neither and leaves the IDs at 0.
+	e3, c3 := newExperiment("three"), ev(virga.EventExperimentCreated, "three.yaml")
+	err := s.Apply(ctx, &store.Batch{Experiments: []*virga.Experiment{e3},
+		NewExperimentEvents: []store.NewExperimentEvent{{Experiment: e3, Event: c3}},
+		Attempts:            []*virga.Attempt{{ID: 99999, TrialID: 99999}}})
+	wantErr(t, "batch with a missing attempt", err, virga.ErrNotFound)
+	if e3.ID != 0 || c3.ID != 0 || c3.ExperimentID != 0 {
+		t.Errorf("after a failed batch: experiment ID %d, event ID %d, event experiment ID %d; want all 0", e3.ID, c3.ID, c3.ExperimentID)
+	}
+	if exps, err := s.Experiments(ctx, store.ExperimentFilter{}); err != nil || len(exps) != 3 {
+		t.Errorf("experiments after the failed batch: %d, %v; want the 3 stored before", len(exps), err)
 	}
 }
 
