@@ -68,6 +68,9 @@ type Config struct {
 	Seed              uint64
 	// Epoch is the wall time of the run's start, as snapshots show it.
 	Epoch time.Time
+	// Observe, when set, sees every snapshot and the decision taken on it
+	// (for tests and traces; it must not keep the snapshot's slices).
+	Observe func(*fleet.Snapshot, fleet.Decision)
 }
 
 // Result is what a run measured after the warm-up.
@@ -600,6 +603,9 @@ func (s *simulator) decide() {
 		snap.Pools = append(snap.Pools, p)
 	}
 	d := s.cfg.Policy.Decide(snap, s.prng)
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(snap, d)
+	}
 	s.memo = d.Memo
 	for _, a := range d.Actions {
 		switch a.Kind {
