@@ -48,6 +48,7 @@ type options struct {
 	service, objective           time.Duration
 	slots                        int
 	extra                        int
+	virga                        fleet.Virga
 	workers                      int
 	traces                       []string
 	policies                     []string
@@ -66,6 +67,10 @@ func parse(args []string) (*options, error) {
 	fs.IntVar(&o.slots, "slots", 4, "requests a replica serves at once")
 	fs.DurationVar(&o.objective, "objective", 5*time.Second, "latency objective")
 	fs.IntVar(&o.extra, "extra", 2, "SpotHedge's N_extra over-provisioned spot replicas")
+	fs.DurationVar(&o.virga.DownHold, "virga-hold", 0, "Virga's DownHold (0: its default)")
+	fs.DurationVar(&o.virga.StableAfter, "virga-stable", 0, "Virga's StableAfter (0: its default, negative: every available zone)")
+	fs.DurationVar(&o.virga.Burst, "virga-burst", 0, "Virga's Burst window (0: its default)")
+	fs.Float64Var(&o.virga.Headroom, "virga-headroom", 0, "Virga's Headroom (fraction added to the forecast)")
 	fs.IntVar(&o.workers, "workers", 2, "runs simulated at once")
 	traces := fs.String("traces", "azure,poisson", "arrival processes: azure, poisson")
 	policies := fs.String("policies", "fixed,reactive,spothedge,virga", "policies to run")
@@ -295,7 +300,7 @@ func simulate(o *options, st *setup, j job, span, warm, traceSpan time.Duration)
 	case "spothedge":
 		p = fleet.SpotHedge{Extra: o.extra}
 	case "virga":
-		p = fleet.Virga{}
+		p = o.virga
 	}
 	pools := []fleet.Pool{{Name: "on-demand", Price: st.odPrice}}
 	for _, z := range st.zoneNames {

@@ -207,7 +207,7 @@ func TestVirgaFloorSurvivesLosingTheLargestZone(t *testing.T) {
 				pools[i].Available = a
 			}
 			h := newHarness(t, pools...)
-			h.load(12/1.05, 0) // forecast x (1 + 5% headroom) = 12 replicas
+			h.load(12, 0) // 12 requests/s at capacity 1: 12 replicas
 			h.step(Virga{})
 			if got, od := h.count(spot), h.count(onDemand); got != tc.wantSpot || od != tc.wantOD {
 				t.Fatalf("%d spot, %d on-demand; want %d and %d", got, od, tc.wantSpot, tc.wantOD)

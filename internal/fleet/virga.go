@@ -9,39 +9,52 @@ import (
 
 // Virga plans one start-up ahead instead of reacting:
 //
-//  1. Forecast. The level is the highest one-minute arrival rate of the last
-//     Level window (a burst seen recently is likely to come back); the trend
+//  1. Forecast. The level is the highest arrival rate over any Burst window
+//     (30 s) within the last Level window (a burst seen recently is likely to
+//     come back); the trend
 //     is the least-squares slope of the per-interval rate over the last Fit
 //     window. The forecast is level + max(0, slope) x (StartUp + Interval):
 //     the rate when a replica launched now would be ready.
 //  2. Size. N = ceil(forecast x (1 + Headroom) / Capacity) replicas. N goes
 //     up at once and down only after a smaller N has been wanted for
 //     DownHold.
-//  3. Mix. With k spot zones available now, S spot replicas spread evenly
+//  3. Zones. A spot zone counts once it has been available for StableAfter
+//     (30 min) without a break: spot availability runs are heavy-tailed (in
+//     the aws-02-15-2023 traces the median up run is 6-26 ticks of 195 s,
+//     the mean 2-7 times that), so a zone that has stayed up is likely to stay
+//     up, and one that just came back is likely to flap. With fewer than two
+//     such zones every available zone counts. A zone where a replica is under
+//     preemption notice does not count: the reclaim takes the zone.
+//  4. Mix. With k spot zones counted, S spot replicas spread evenly
 //     over them lose at most ceil(S/k) to one zone's reclaim. The on-demand
 //     floor F(S) = max(0, N - (S - ceil(S/k))) keeps N replicas after losing
 //     the largest zone. Virga runs the S in [0, 3N] that minimises
 //     S x spot price + F(S) x on-demand price (with one zone, F = N whatever
 //     S, so it runs on-demand only).
-//  4. Act. New spot replicas go to the available zone with the fewest; spot
-//     replicas under preemption notice are replaced at once. The on-demand
-//     floor is recomputed from the spot replicas actually live, goes up at
-//     once and down after DownHold.
+//  5. Act. New spot replicas go to the counted zone with the fewest; spot
+//     replicas under preemption notice are replaced at once; surplus spot
+//     replicas are stopped after DownHold, from the largest zones. The
+//     on-demand floor is recomputed from the spot replicas actually live,
+//     goes up at once and down after DownHold.
 type Virga struct {
-	Level    time.Duration // 0 means 5 min
-	Fit      time.Duration // 0 means 10 min
-	Headroom float64       // 0 means 0.05; negative means none
-	DownHold time.Duration // 0 means 10 min
-	Min      int           // at least 1
+	Burst       time.Duration // 0 means 30 s
+	StableAfter time.Duration // 0 means 30 min; negative means every available zone counts
+	Level       time.Duration // 0 means 5 min
+	Fit         time.Duration // 0 means 10 min
+	Headroom    float64       // fraction added to the forecast; 0 means none
+	DownHold    time.Duration // 0 means 5 min
+	Min         int           // at least 1
 }
 
 var _ Policy = Virga{}
 
 type virgaMemo struct {
-	N        int
-	Lower    int // consecutive decisions wanting fewer replicas
-	ODLower  int // consecutive decisions wanting fewer on-demand replicas
-	Launched bool
+	UpSince   map[string]time.Time // when each available zone's current run began (as seen)
+	N         int
+	Lower     int // consecutive decisions wanting fewer replicas
+	ODLower   int // consecutive decisions wanting fewer on-demand replicas
+	SpotLower int // consecutive decisions wanting fewer spot replicas
+	Launched  bool
 }
 
 // Name implements Policy.
@@ -51,15 +64,18 @@ func (v Virga) withDefaults() Virga {
 	if v.Level <= 0 {
 		v.Level = 5 * time.Minute
 	}
+	if v.Burst <= 0 {
+		v.Burst = 30 * time.Second
+	}
+	if v.StableAfter == 0 {
+		v.StableAfter = 30 * time.Minute
+	}
 	if v.Fit <= 0 {
 		v.Fit = 10 * time.Minute
 	}
-	if v.Headroom == 0 {
-		v.Headroom = 0.05
-	}
 	v.Headroom = max(v.Headroom, 0)
 	if v.DownHold <= 0 {
-		v.DownHold = 10 * time.Minute
+		v.DownHold = 5 * time.Minute
 	}
 	v.Min = max(v.Min, 1)
 	return v
@@ -69,13 +85,13 @@ func (v Virga) withDefaults() Virga {
 func (v Virga) Forecast(s *Snapshot) float64 {
 	v = v.withDefaults()
 	level := 0.0
-	// Highest one-minute rate over the Level window.
+	// Highest rate over a Burst window within the Level window.
 	for end := len(s.History); end > 0; end-- {
 		if s.Now.Sub(s.History[end-1].At) >= v.Level {
 			break
 		}
 		n, d := 0, time.Duration(0)
-		for i := end - 1; i >= 0 && d < time.Minute; i-- {
+		for i := end - 1; i >= 0 && d < v.Burst; i-- {
 			n += s.History[i].Arrivals
 			d += s.History[i].Interval
 		}
@@ -125,20 +141,43 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 	n := m.N
 
 	od := s.OnDemand()
-	var zones []string
+	// Step 3: the zones to count.
+	up := map[string]time.Time{}
+	var avail []string
 	spotPrice := math.Inf(1)
-	for _, p := range s.Pools {
-		if p.Spot && p.Available {
-			zones = addZone(zones, p.Zone)
-			spotPrice = math.Min(spotPrice, p.Price)
+	noticed := map[string]bool{}
+	for _, r := range s.Replicas {
+		if p := s.Pool(r.Pool); r.Preempting && p != nil {
+			noticed[p.Zone] = true
 		}
+	}
+	for _, p := range s.Pools {
+		if p.Spot && p.Available && !noticed[p.Zone] {
+			avail = addZone(avail, p.Zone)
+			spotPrice = math.Min(spotPrice, p.Price)
+			if t, ok := m.UpSince[p.Zone]; ok {
+				up[p.Zone] = t
+			} else {
+				up[p.Zone] = s.Now
+			}
+		}
+	}
+	m.UpSince = up
+	var zones []string
+	for _, z := range avail {
+		if v.StableAfter < 0 || s.Now.Sub(up[z]) >= v.StableAfter {
+			zones = append(zones, z)
+		}
+	}
+	if len(zones) < 2 {
+		zones = avail
 	}
 	odPrice := math.Inf(1)
 	if od != nil {
 		odPrice = od.Price
 	}
 
-	// Step 3: the cheapest spot count that survives losing a zone.
+	// Step 4: the cheapest spot count that survives losing a zone.
 	k := len(zones)
 	bestS, bestCost := 0, math.Inf(1)
 	if od != nil {
@@ -155,7 +194,7 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 		}
 	}
 
-	// Step 4: spot replicas, counted by zone; those under notice or in a
+	// Step 5: spot replicas, counted by zone; those under notice or in a
 	// zone no longer available do not count.
 	perZone := map[string]int{}
 	var keepSpot []Replica
@@ -183,7 +222,11 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 			starts[cheapestPool(availablePools(spotPools), best)]++
 		}
 		acts = append(acts, startsOf(starts)...)
-	} else if spot > bestS {
+		m.SpotLower = 0
+	} else if spot == bestS {
+		m.SpotLower = 0
+	} else if m.SpotLower++; m.SpotLower >= periods(v.DownHold, s.Interval) {
+		m.SpotLower = 0
 		// Stop from the largest zones, starting replicas first, to keep the
 		// spread even.
 		sort.SliceStable(keepSpot, func(i, j int) bool {
