@@ -243,3 +243,20 @@ func TestVirgaForecastFollowsTheTrend(t *testing.T) {
 		t.Fatalf("forecast %.2f/s, want about 11.6", f)
 	}
 }
+
+func TestVirgaFloorCoversTheCurrentLoadNotTheBurst(t *testing.T) {
+	h := newHarness(t, spotPools()...)
+	h.load(12, 0)
+	// A 30 s burst at 20 requests/s three minutes ago: N = 20 covers it,
+	// but losing a zone must only leave the 12 the last minute needs.
+	n := len(h.snap.History)
+	for i := n - 20; i < n-17; i++ {
+		h.snap.History[i].Arrivals = 200
+	}
+	h.step(Virga{Fit: time.Minute}) // a flat last minute: no trend
+	// 20 spot over 3 zones (7, 7, 6): 20 in all, 13 >= 12 after losing 7.
+	// Covering the burst after a loss too would take 30 spot replicas.
+	if got, od := h.count(spot), h.count(onDemand); got != 20 || od != 0 {
+		t.Fatalf("%d spot, %d on-demand; want 20 and 0", got, od)
+	}
+}

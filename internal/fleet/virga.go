@@ -25,12 +25,16 @@ import (
 //     up, and one that just came back is likely to flap. With fewer than two
 //     such zones every available zone counts. A zone where a replica is under
 //     preemption notice does not count: the reclaim takes the zone.
-//  4. Mix. With k spot zones counted, S spot replicas spread evenly
-//     over them lose at most ceil(S/k) to one zone's reclaim. The on-demand
-//     floor F(S) = max(0, N - (S - ceil(S/k))) keeps N replicas after losing
-//     the largest zone. Virga runs the S in [0, 3N] that minimises
-//     S x spot price + F(S) x on-demand price (with one zone, F = N whatever
-//     S, so it runs on-demand only).
+//  4. Mix. With k spot zones counted, S spot replicas spread evenly over
+//     them lose at most ceil(S/k) to one zone's reclaim. The on-demand floor
+//     F(S) = max(0, N - S, M - (S - ceil(S/k))) makes N replicas in all and
+//     keeps M after losing the largest zone, where M = ceil(last minute's
+//     rate / Capacity) is what the current load needs: N also covers the
+//     bursts and the trend a start-up ahead, but a reclaim comes with a
+//     notice on which Virga starts the replacements, so the fleet must carry
+//     the present load, not the forecast, until they are ready. Virga runs
+//     the S in [0, 3N] that minimises S x spot price + F(S) x on-demand price
+//     (with one zone F >= M whatever S, so it runs mostly on-demand).
 //  5. Act. New spot replicas go to the counted zone with the fewest; spot
 //     replicas under preemption notice are replaced at once; surplus spot
 //     replicas are stopped after DownHold, from the largest zones. The
@@ -139,6 +143,12 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 		}
 	}
 	n := m.N
+	// What must survive a zone's loss: the current load (the last minute's
+	// mean), for the replacements started at the notice to take over.
+	survive := min(n, v.Min)
+	if s.Capacity > 0 {
+		survive = min(n, max(v.Min, int(math.Ceil(s.Rate(time.Minute)/s.Capacity))))
+	}
 
 	od := s.OnDemand()
 	// Step 3: the zones to count.
@@ -184,7 +194,7 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 		bestCost = float64(n) * odPrice
 	}
 	for S := 1; k > 0 && S <= 3*n; S++ {
-		f := floorFor(n, S, (S+k-1)/k)
+		f := floorFor(n, survive, S, (S+k-1)/k)
 		if od == nil && f > 0 {
 			continue
 		}
@@ -257,7 +267,7 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 	for _, c := range perZone {
 		largest = max(largest, c)
 	}
-	floor := floorFor(n, spot, largest)
+	floor := floorFor(n, survive, spot, largest)
 	isOD := func(_ Replica, p *Pool) bool { return p != nil && !p.Spot }
 	have := s.count(isOD)
 	switch {
@@ -276,9 +286,10 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 	return Decision{Actions: acts, Memo: m}
 }
 
-// floorFor is the on-demand replicas that keep n replicas after losing the
-// largest zone of spot spot replicas, largest of them in one zone.
-func floorFor(n, spot, largest int) int { return max(0, n-(spot-largest)) }
+// floorFor is the on-demand replicas that make n replicas in all with spot
+// spot replicas, and keep survive after losing the largest zone, which holds
+// largest of the spot replicas.
+func floorFor(n, survive, spot, largest int) int { return max(0, n-spot, survive-(spot-largest)) }
 
 func availablePools(pools []Pool) []Pool {
 	var out []Pool
