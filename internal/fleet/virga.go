@@ -1,0 +1,302 @@
+package fleet
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+)
+
+// Virga plans one start-up ahead instead of reacting:
+//
+//  1. Forecast. The level is the highest arrival rate over any Burst window
+//     (30 s) within the last Level window (a burst seen recently is likely to
+//     come back); the trend
+//     is the least-squares slope of the per-interval rate over the last Fit
+//     window. The forecast is level + max(0, slope) x (StartUp + Interval):
+//     the rate when a replica launched now would be ready.
+//  2. Size. N = ceil(forecast x (1 + Headroom) / Capacity) replicas. N goes
+//     up at once and down only after a smaller N has been wanted for
+//     DownHold.
+//  3. Zones. A spot zone counts once it has been available for StableAfter
+//     (30 min) without a break: spot availability runs are heavy-tailed (in
+//     the aws-02-15-2023 traces the median up run is 6-26 ticks of 195 s,
+//     the mean 2-7 times that), so a zone that has stayed up is likely to stay
+//     up, and one that just came back is likely to flap. With fewer than two
+//     such zones every available zone counts. A zone where a replica is under
+//     preemption notice does not count: the reclaim takes the zone.
+//  4. Mix. With k spot zones counted, S spot replicas spread evenly over
+//     them lose at most ceil(S/k) to one zone's reclaim. The on-demand floor
+//     F(S) = max(0, N - S, M - (S - ceil(S/k))) makes N replicas in all and
+//     keeps M after losing the largest zone, where M = ceil(last minute's
+//     rate / Capacity) is what the current load needs: N also covers the
+//     bursts and the trend a start-up ahead, but a reclaim comes with a
+//     notice on which Virga starts the replacements, so the fleet must carry
+//     the present load, not the forecast, until they are ready. Virga runs
+//     the S in [0, 3N] that minimises S x spot price + F(S) x on-demand price
+//     (with one zone F >= M whatever S, so it runs mostly on-demand).
+//  5. Act. New spot replicas go to the counted zone with the fewest; spot
+//     replicas under preemption notice are replaced at once; surplus spot
+//     replicas are stopped after DownHold, from the largest zones. The
+//     on-demand floor is recomputed from the spot replicas actually live,
+//     goes up at once and down after DownHold.
+type Virga struct {
+	Burst       time.Duration // 0 means 30 s
+	StableAfter time.Duration // 0 means 30 min; negative means every available zone counts
+	Level       time.Duration // 0 means 5 min
+	Fit         time.Duration // 0 means 10 min
+	Headroom    float64       // fraction added to the forecast; 0 means none
+	DownHold    time.Duration // 0 means 5 min
+	Min         int           // at least 1
+}
+
+var _ Policy = Virga{}
+
+type virgaMemo struct {
+	UpSince   map[string]time.Time // when each available zone's current run began (as seen)
+	N         int
+	Lower     int // consecutive decisions wanting fewer replicas
+	ODLower   int // consecutive decisions wanting fewer on-demand replicas
+	SpotLower int // consecutive decisions wanting fewer spot replicas
+	Launched  bool
+}
+
+// Name implements Policy.
+func (Virga) Name() string { return "virga" }
+
+func (v Virga) withDefaults() Virga {
+	if v.Level <= 0 {
+		v.Level = 5 * time.Minute
+	}
+	if v.Burst <= 0 {
+		v.Burst = 30 * time.Second
+	}
+	if v.StableAfter == 0 {
+		v.StableAfter = 30 * time.Minute
+	}
+	if v.Fit <= 0 {
+		v.Fit = 10 * time.Minute
+	}
+	v.Headroom = max(v.Headroom, 0)
+	if v.DownHold <= 0 {
+		v.DownHold = 5 * time.Minute
+	}
+	v.Min = max(v.Min, 1)
+	return v
+}
+
+// Forecast is step 1: the rate expected one start-up from now.
+func (v Virga) Forecast(s *Snapshot) float64 {
+	v = v.withDefaults()
+	level := 0.0
+	// Highest rate over a Burst window within the Level window.
+	for end := len(s.History); end > 0; end-- {
+		if s.Now.Sub(s.History[end-1].At) >= v.Level {
+			break
+		}
+		n, d := 0, time.Duration(0)
+		for i := end - 1; i >= 0 && d < v.Burst; i-- {
+			n += s.History[i].Arrivals
+			d += s.History[i].Interval
+		}
+		if d > 0 {
+			level = math.Max(level, float64(n)/d.Seconds())
+		}
+	}
+	// Least-squares slope of the rate over the Fit window.
+	var sx, sy, sxx, sxy, k float64
+	for i := len(s.History) - 1; i >= 0; i-- {
+		h := s.History[i]
+		age := s.Now.Sub(h.At)
+		if age >= v.Fit {
+			break
+		}
+		x := -age.Seconds()
+		y := h.Rate()
+		sx, sy, sxx, sxy, k = sx+x, sy+y, sxx+x*x, sxy+x*y, k+1
+	}
+	slope := 0.0
+	if den := k*sxx - sx*sx; k >= 3 && den > 0 {
+		slope = (k*sxy - sx*sy) / den
+	}
+	ahead := (s.StartUp + s.Interval).Seconds()
+	return level + math.Max(0, slope)*ahead
+}
+
+// Decide implements Policy.
+func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
+	v = v.withDefaults()
+	m, _ := s.Memo.(virgaMemo)
+
+	// Steps 1 and 2.
+	need := v.Min
+	if s.Capacity > 0 {
+		need = max(need, int(math.Ceil(v.Forecast(s)*(1+v.Headroom)/s.Capacity)))
+	}
+	switch {
+	case !m.Launched || need >= m.N:
+		m.N, m.Lower, m.Launched = need, 0, true
+	default:
+		m.Lower++
+		if m.Lower >= periods(v.DownHold, s.Interval) {
+			m.N, m.Lower = need, 0
+		}
+	}
+	n := m.N
+	// What must survive a zone's loss: the current load (the last minute's
+	// mean), for the replacements started at the notice to take over.
+	survive := min(n, v.Min)
+	if s.Capacity > 0 {
+		survive = min(n, max(v.Min, int(math.Ceil(s.Rate(time.Minute)/s.Capacity))))
+	}
+
+	od := s.OnDemand()
+	// Step 3: the zones to count.
+	up := map[string]time.Time{}
+	var avail []string
+	spotPrice := math.Inf(1)
+	noticed := map[string]bool{}
+	for _, r := range s.Replicas {
+		if p := s.Pool(r.Pool); r.Preempting && p != nil {
+			noticed[p.Zone] = true
+		}
+	}
+	for _, p := range s.Pools {
+		if p.Spot && p.Available && !noticed[p.Zone] {
+			avail = addZone(avail, p.Zone)
+			spotPrice = math.Min(spotPrice, p.Price)
+			if t, ok := m.UpSince[p.Zone]; ok {
+				up[p.Zone] = t
+			} else {
+				up[p.Zone] = s.Now
+			}
+		}
+	}
+	m.UpSince = up
+	var zones []string
+	for _, z := range avail {
+		if v.StableAfter < 0 || s.Now.Sub(up[z]) >= v.StableAfter {
+			zones = append(zones, z)
+		}
+	}
+	if len(zones) < 2 {
+		zones = avail
+	}
+	odPrice := math.Inf(1)
+	if od != nil {
+		odPrice = od.Price
+	}
+
+	// Step 4: the cheapest spot count that survives losing a zone.
+	k := len(zones)
+	bestS, bestCost := 0, math.Inf(1)
+	if od != nil {
+		bestCost = float64(n) * odPrice
+	}
+	for S := 1; k > 0 && S <= 3*n; S++ {
+		f := floorFor(n, survive, S, (S+k-1)/k)
+		if od == nil && f > 0 {
+			continue
+		}
+		c := float64(S)*spotPrice + float64(f)*odPrice
+		if c < bestCost-1e-9 {
+			bestS, bestCost = S, c
+		}
+	}
+
+	// Step 5: spot replicas, counted by zone; those under notice or in a
+	// zone no longer available do not count.
+	perZone := map[string]int{}
+	var keepSpot []Replica
+	for _, r := range s.Replicas {
+		p := s.Pool(r.Pool)
+		if !live(r) || p == nil || !p.Spot || r.Preempting {
+			continue
+		}
+		keepSpot = append(keepSpot, r)
+		perZone[p.Zone]++
+	}
+	var acts []Action
+	spot := len(keepSpot)
+	spotPools := spotPoolsOf(s)
+	if spot < bestS {
+		starts := map[string]int{}
+		for ; spot < bestS; spot++ {
+			best := ""
+			for _, z := range zones {
+				if best == "" || perZone[z] < perZone[best] {
+					best = z
+				}
+			}
+			perZone[best]++
+			starts[cheapestPool(availablePools(spotPools), best)]++
+		}
+		acts = append(acts, startsOf(starts)...)
+		m.SpotLower = 0
+	} else if spot == bestS {
+		m.SpotLower = 0
+	} else if m.SpotLower++; m.SpotLower >= periods(v.DownHold, s.Interval) {
+		m.SpotLower = 0
+		// Stop from the largest zones, starting replicas first, to keep the
+		// spread even.
+		sort.SliceStable(keepSpot, func(i, j int) bool {
+			zi, zj := s.Pool(keepSpot[i].Pool).Zone, s.Pool(keepSpot[j].Pool).Zone
+			if perZone[zi] != perZone[zj] {
+				return perZone[zi] > perZone[zj]
+			}
+			if (keepSpot[i].State == Starting) != (keepSpot[j].State == Starting) {
+				return keepSpot[i].State == Starting
+			}
+			return keepSpot[i].ID > keepSpot[j].ID
+		})
+		for i := 0; spot > bestS; i++ {
+			r := keepSpot[i]
+			z := s.Pool(r.Pool).Zone
+			if perZone[z] == 0 {
+				continue
+			}
+			perZone[z]--
+			spot--
+			acts = append(acts, Action{Kind: Stop, Replica: r.ID})
+		}
+	}
+	if od == nil {
+		return Decision{Actions: acts, Memo: m}
+	}
+	largest := 0
+	for _, c := range perZone {
+		largest = max(largest, c)
+	}
+	floor := floorFor(n, survive, spot, largest)
+	isOD := func(_ Replica, p *Pool) bool { return p != nil && !p.Spot }
+	have := s.count(isOD)
+	switch {
+	case have < floor:
+		m.ODLower = 0
+		acts = append(acts, Action{Kind: Start, Pool: od.Name, N: floor - have})
+	case have > floor:
+		m.ODLower++
+		if m.ODLower >= periods(v.DownHold, s.Interval) {
+			m.ODLower = 0
+			acts = append(acts, s.stopOrder(have-floor, isOD)...)
+		}
+	default:
+		m.ODLower = 0
+	}
+	return Decision{Actions: acts, Memo: m}
+}
+
+// floorFor is the on-demand replicas that make n replicas in all with spot
+// spot replicas, and keep survive after losing the largest zone, which holds
+// largest of the spot replicas.
+func floorFor(n, survive, spot, largest int) int { return max(0, n-spot, survive-(spot-largest)) }
+
+func availablePools(pools []Pool) []Pool {
+	var out []Pool
+	for _, p := range pools {
+		if p.Available {
+			out = append(out, p)
+		}
+	}
+	return out
+}
