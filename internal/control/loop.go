@@ -223,7 +223,7 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (e
 		}
 		for _, ts := range it.trials {
 			if _, ok := c.trials[ts.t.ID]; !ok {
-				c.trials[ts.t.ID] = ts
+				c.track(ts)
 				ts.exp.searcher.Created(ts.t.Request, ts.t.ID)
 				ts.exp.dirty = true
 			}
@@ -696,7 +696,7 @@ func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.E
 	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: state.EndEvent(), Message: msg, Time: now})
 	delete(c.exps, es.exp.ID)
 	for _, ts := range es.trials {
-		delete(c.trials, ts.t.ID)
+		c.untrack(ts)
 	}
 }
 
@@ -880,7 +880,8 @@ func (c *Controller) inherit(ts *trialState, parentID int64) {
 			"experiment", t.ExperimentID, "parent", parentID)
 		return
 	}
-	t.ParentCheckpoint, t.Checkpoint = parent.t.Checkpoint, parent.t.Checkpoint
+	t.ParentCheckpoint = parent.t.Checkpoint
+	c.setCheckpoint(ts, parent.t.Checkpoint)
 	for _, ck := range parent.ckpts {
 		if ck.ID == parent.t.Checkpoint {
 			t.ParentStep = ck.Step
