@@ -278,7 +278,7 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	e.Elapsed = now.Sub(es.exp.CreatedAt)
 	e.Deadline = es.spec.Deadline.Time(es.exp.CreatedAt).Sub(es.exp.CreatedAt)
 	if c.cfg.Pricer != nil {
-		e.Budget, e.Spent = es.spec.Budget, c.committed(es, now, 0)
+		e.Budget = es.spec.Budget // Spent once the policy is asked (schedulePolicy)
 	}
 	e.Tick = c.cfg.TickInterval
 	e.Checkpoint = step
@@ -499,6 +499,12 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 		return true
 	}
 	es.pol.sig, es.pol.decided = sig, now
+	if e.Budget > 0 {
+		// Pricing every running attempt is most of a snapshot's cost: it
+		// is done only for a decision, and only with a budget (nothing
+		// else decides on what was spent).
+		e.Spent = c.committed(es, now, 0)
+	}
 	if need := e.LaneLeft(); !es.pol.late && e.Deadline > 0 && need > e.Remaining() {
 		// Say so once: even on on-demand capacity the work left takes
 		// longer than the time left (the policy still does its best).

@@ -21,7 +21,9 @@ type Experiment struct {
 	Elapsed  time.Duration // since submission
 	Deadline time.Duration // since submission; 0 means none
 	// Budget is the most the experiment may cost in USD (0: no limit);
-	// Spent what it has cost so far, running attempts up to now included.
+	// Spent what it has cost so far, running attempts up to now included
+	// (the control loop fills it in only when there is a budget: nothing
+	// else decides on it).
 	Budget, Spent float64
 	// Tick is the decision interval: the next decision comes at the latest
 	// this much later.
