@@ -69,6 +69,21 @@ type expPolicyState struct {
 	// hint is what the estimate submitted with the experiment says of its
 	// trials, for the policy to decide from before its own are measured.
 	hint estimateHint
+	// buf keeps the last snapshot's slices, for the next to reuse: a
+	// snapshot at every pass of a large search would otherwise allocate
+	// its trials anew each time.
+	buf snapshotBuf
+}
+
+// snapshotBuf is the storage of an experiment's policy snapshot, reused
+// from one pass to the next (a policy keeps nothing of a snapshot:
+// schedule.ExperimentPolicy).
+type snapshotBuf struct {
+	pools  []schedule.Pool
+	trials []schedule.Trial
+	views  []*trialState
+	live   []schedule.LiveTrial
+	means  []time.Duration
 }
 
 // estimateHint is what an estimate submitted with an experiment (virga
@@ -273,8 +288,10 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	steps := stepsPerTrial(es)
 	step := stepTime(es)
 	shape := schedule.ShapeOf(es.spec, steps)
-	v := &policyView{}
+	buf := &es.pol.buf
+	v := &policyView{trials: buf.views[:0]}
 	e := &v.e
+	e.Pools, e.Trials = buf.pools[:0], buf.trials[:0]
 	e.Elapsed = now.Sub(es.exp.CreatedAt)
 	e.Deadline = es.spec.Deadline.Time(es.exp.CreatedAt).Sub(es.exp.CreatedAt)
 	if c.cfg.Pricer != nil {
@@ -289,10 +306,8 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	e.Committed = es.pol.committed
 
 	// Pools, in the backend's order.
-	index := make(map[string]int, len(pools))
 	var overhead time.Duration
-	for i, ps := range pools {
-		index[ps.Name] = i
+	for _, ps := range pools {
 		info, ok := c.cfg.PoolInfo[ps.Name]
 		if !ok {
 			info.Spot = ps.Preemptible
@@ -315,19 +330,9 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		})
 	}
 
-	// A slot of the pool a trial is moving to is kept for it while its
-	// attempt stops (the simulator moves a trial at once).
-	for _, ts := range es.active {
-		if ts.attempt != nil && ts.stopping == stopMove && ts.moveTo != "" {
-			if i, ok := index[ts.moveTo]; ok {
-				e.Pools[i].Free = max(e.Pools[i].Free-1, 0)
-			}
-		}
-	}
-
 	// Trials, and the search's progress.
 	prog := schedule.Progress{Lowest: math.MaxInt64, Overhead: overhead, Exhausted: es.exhausted, StepTime: step,
-		Reached: make([]int, len(shape.Rungs)), Passed: make([]int, len(shape.Rungs))}
+		Reached: make([]int, len(shape.Rungs)), Passed: make([]int, len(shape.Rungs)), Live: buf.live[:0]}
 	// The settled trials' part (settled.go), then the others'.
 	sums := es.settle(shape)
 	prog.Steps += sums.steps
@@ -342,11 +347,19 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	for kept := range sums.lowest {
 		prog.Lowest = min(prog.Lowest, kept)
 	}
-	var means []time.Duration
+	means := buf.means[:0]
 	for _, ts := range es.active {
 		t := ts.t
+		if ts.attempt != nil && ts.stopping == stopMove && ts.moveTo != "" {
+			// A slot of the pool the trial is moving to is kept for it
+			// while its attempt stops (the simulator moves a trial at once).
+			if i := poolIndex(e.Pools, ts.moveTo); i >= 0 {
+				e.Pools[i].Free = max(e.Pools[i].Free-1, 0)
+			}
+		}
 		kept := keptStep(ts)
-		own := ts.speed.stepTime()
+		mean := ts.speed.stepTime()
+		own := mean
 		if own > 0 {
 			means = append(means, own)
 		} else {
@@ -377,7 +390,7 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		if ts.attempt == nil && !waiting {
 			continue // paused
 		}
-		prog.Live = append(prog.Live, schedule.LiveTrial{Step: kept, StepTime: ts.speed.stepTime()})
+		prog.Live = append(prog.Live, schedule.LiveTrial{Step: kept, StepTime: mean})
 		tr := schedule.Trial{ID: int64(len(v.trials) + 1), Pool: -1, Done: time.Duration(done) * own,
 			Left: time.Duration(max(shape.Steps-kept, 0)) * own, Final: shape.Final(kept)}
 		if waiting {
@@ -386,8 +399,8 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 			}
 		} else {
 			a := ts.attempt
-			i, ok := index[a.Pool]
-			if !ok || ts.stopping != notStopping || a.Backend == apiBackend {
+			i := poolIndex(e.Pools, a.Pool)
+			if i < 0 || ts.stopping != notStopping || a.Backend == apiBackend {
 				continue // not the policy's to move
 			}
 			tr.Pool = i
@@ -412,7 +425,18 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		prog.Slow = quantile(means, sums.means, min(n-1, int(math.Ceil(slowQuantile*float64(n)))-1))
 	}
 	e.Left, e.Chain = shape.EstimateWork(prog)
+	buf.pools, buf.trials, buf.views, buf.live, buf.means = e.Pools, e.Trials, v.trials, prog.Live, means
 	return v
+}
+
+// poolIndex is the index of the pool named name in pools, -1 if none.
+func poolIndex(pools []schedule.Pool, name string) int {
+	for i := range pools {
+		if pools[i].Name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // slowQuantile is the quantile of the trials' mean step times taken as a

@@ -112,7 +112,8 @@ type ExperimentPolicy interface {
 	Name() string
 	// Place appends to moves what should change now and returns it: trials
 	// not named stay as they are (waiting, or where they run). It must not
-	// change e. Moves Feasible refuses are dropped, so a policy may ask for
+	// change e, nor keep it or its slices once it returns (the control loop
+	// reuses them for its next snapshot). Moves Feasible refuses are dropped, so a policy may ask for
 	// a pool without counting its free slots exactly.
 	Place(e *Experiment, moves []Move) []Move
 }
