@@ -207,6 +207,10 @@ type expState struct {
 	// snapshot. Every trial with an attempt or waiting for one is active.
 	active  []*trialState
 	settled settledSums
+	// mayHaveSettled says a trial of active may have settled since the
+	// last snapshot (it changed state, or its attempt ended): only then
+	// does the next snapshot look for settled trials among them.
+	mayHaveSettled bool
 	// spent is the cost of the experiment's ended attempts; runs and runTime
 	// count its attempts that succeeded and their run time (the expected
 	// run of the next one, for the budget).

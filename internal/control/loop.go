@@ -454,6 +454,7 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	c.dropLive(ev.AttemptID)
 	a, t, es := ts.attempt, ts.t, ts.exp
 	ts.attempt = nil
+	es.mayHaveSettled = true
 	a.State = virga.AttemptExited
 	a.EndedAt = ev.Time
 	if ev.Lost {
@@ -701,6 +702,16 @@ func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.E
 }
 
 func (c *Controller) checkTimeouts(it *iteration) {
+	timed := false // most experiments have no timeout: then no attempt is visited
+	for _, es := range c.exps {
+		if es.spec.Timeout.D() > 0 {
+			timed = true
+			break
+		}
+	}
+	if !timed {
+		return
+	}
 	now := c.now()
 	for _, ts := range c.attempts {
 		d := ts.exp.spec.Timeout.D()

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 	"time"
@@ -266,6 +265,10 @@ func fitCount(have, need virga.Resources) int {
 type policyView struct {
 	e      schedule.Experiment
 	trials []*trialState // by Trial.ID-1
+	// sig sums up what the policy decides from but the clock: the trials,
+	// where they run, and the pools' state (an FNV-1a hash, summed as the
+	// snapshot is built). The policy is asked again when it changes.
+	sig uint64
 }
 
 // notReady says why the policy cannot decide for es yet ("": it can): the
@@ -348,6 +351,7 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		prog.Lowest = min(prog.Lowest, kept)
 	}
 	means := buf.means[:0]
+	sig := newFNV()
 	for _, ts := range es.active {
 		t := ts.t
 		if ts.attempt != nil && ts.stopping == stopMove && ts.moveTo != "" {
@@ -416,7 +420,12 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		}
 		e.Trials = append(e.Trials, tr)
 		v.trials = append(v.trials, ts)
+		sig.trial(t.Seq, &tr)
 	}
+	for i := range e.Pools {
+		sig.pool(&e.Pools[i])
+	}
+	v.sig = uint64(sig)
 	if prog.Lowest == math.MaxInt64 {
 		prog.Lowest = 0
 	}
@@ -443,25 +452,37 @@ func poolIndex(pools []schedule.Pool, name string) int {
 // slow trial's (schedule.Progress.Slow), as in the simulator.
 const slowQuantile = 0.75
 
-// digest sums up what the policy decides from but the clock: the trials,
-// where they run, and the pools' state.
-func digest(e *schedule.Experiment, trials []*trialState) uint64 {
-	h := fnv.New64a()
-	b := make([]byte, 0, 16*(len(e.Trials)+len(e.Pools))+1)
-	for i, t := range e.Trials {
-		b = append(b, 't')
-		b = binary.AppendVarint(b, int64(trials[i].t.Seq))
-		b = binary.AppendVarint(b, int64(t.Pool))
-		b = append(b, flags(t.Starting > 0, t.Final))
+// fnv is a 64-bit FNV-1a hash summed a byte at a time (hash/fnv's, without
+// a buffer of what it hashes).
+type fnv uint64
+
+func newFNV() fnv { return 14695981039346656037 }
+
+func (h *fnv) byte(b byte) { *h = (*h ^ fnv(b)) * 1099511628211 }
+
+func (h *fnv) varint(x int64) {
+	var buf [binary.MaxVarintLen64]byte
+	for _, b := range binary.AppendVarint(buf[:0], x) {
+		h.byte(b)
 	}
-	for _, p := range e.Pools {
-		b = append(b, 'p')
-		b = binary.AppendVarint(b, int64(p.Slots))
-		b = binary.AppendVarint(b, int64(p.Free))
-		b = append(b, flags(p.Up, p.Reclaiming))
-	}
-	h.Write(b)
-	return h.Sum64()
+}
+
+// trial adds a trial of the snapshot: its sequence number, its pool, and
+// whether it is starting and at its last rung.
+func (h *fnv) trial(seq int, t *schedule.Trial) {
+	h.byte('t')
+	h.varint(int64(seq))
+	h.varint(int64(t.Pool))
+	h.byte(flags(t.Starting > 0, t.Final))
+}
+
+// pool adds a pool of the snapshot: its slots, free slots, and whether it
+// is up and reclaiming.
+func (h *fnv) pool(p *schedule.Pool) {
+	h.byte('p')
+	h.varint(int64(p.Slots))
+	h.varint(int64(p.Free))
+	h.byte(flags(p.Up, p.Reclaiming))
 }
 
 // flags packs two booleans in a byte.
@@ -518,7 +539,7 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 		c.maybeFinish(it, es)
 		return true
 	}
-	sig := digest(e, v.trials)
+	sig := v.sig
 	if sig == es.pol.sig && now.Sub(es.pol.decided) < c.cfg.TickInterval {
 		return true
 	}

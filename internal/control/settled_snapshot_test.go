@@ -1,6 +1,8 @@
 package control
 
 import (
+	"encoding/binary"
+	hashfnv "hash/fnv"
 	"io"
 	"log/slog"
 	"math"
@@ -100,6 +102,9 @@ deadline: 10h
 		}
 		if !reflect.DeepEqual(got.e, want.e) {
 			t.Fatalf("change %d: snapshot differs from one that visits every trial (-every trial +snapshot):\n%s", i, cmp.Diff(want.e, got.e))
+		}
+		if sig := digestBytes(&want.e, want.trials); got.sig != sig {
+			t.Fatalf("change %d: the snapshot's digest is %x, the digest of its trials and pools %x", i, got.sig, sig)
 		}
 		if !slices.Equal(got.trials, want.trials) {
 			t.Fatalf("change %d: the snapshot's trials stand for other trials than a visit of every trial's", i)
@@ -243,4 +248,26 @@ func (c *Controller) snapshotEveryTrial(es *expState, pools []backend.PoolStatus
 	}
 	e.Left, e.Chain = shape.EstimateWork(prog)
 	return v
+}
+
+// digestBytes is the snapshot's digest (policyView.sig) as hash/fnv sums
+// it over the bytes it encodes, as the snapshot did before summing it as it
+// builds.
+func digestBytes(e *schedule.Experiment, trials []*trialState) uint64 {
+	h := hashfnv.New64a()
+	var b []byte
+	for i, t := range e.Trials {
+		b = append(b, 't')
+		b = binary.AppendVarint(b, int64(trials[i].t.Seq))
+		b = binary.AppendVarint(b, int64(t.Pool))
+		b = append(b, flags(t.Starting > 0, t.Final))
+	}
+	for _, p := range e.Pools {
+		b = append(b, 'p')
+		b = binary.AppendVarint(b, int64(p.Slots))
+		b = binary.AppendVarint(b, int64(p.Free))
+		b = append(b, flags(p.Up, p.Reclaiming))
+	}
+	h.Write(b)
+	return h.Sum64()
 }
