@@ -189,6 +189,14 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (e
 		if len(steps) == 0 {
 			return
 		}
+		if len(c.launching) == 0 {
+			// Nothing to wait for (most passes start nothing): answer
+			// here rather than hand over to a goroutine.
+			for _, s := range steps {
+				s <- result[struct{}]{err: err}
+			}
+			return
+		}
 		launching := slices.Clone(c.launching)
 		go func() {
 			for _, done := range launching {
