@@ -21,7 +21,9 @@ import (
 //
 // It prints, per searcher and engine, the wall time, the simulated outcome
 // and the events handled. Scale/1000 is the same run a tenth the size
-// (1,000 trials on 100 nodes), for quicker measures.
+// (1,000 trials on 100 nodes), for quicker measures, and Scale/3000 one
+// between, to tell a cost that grows with the trials from one that grows
+// faster. Select a size exactly: 'Scale/^1000$' (Scale/1000 matches 10000).
 func BenchmarkScale(b *testing.B) {
 	for _, trials := range []int{10000, 3000, 1000} {
 		b.Run(fmt.Sprint(trials), func(b *testing.B) { benchmarkScale(b, trials) })
