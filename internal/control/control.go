@@ -173,7 +173,8 @@ type Controller struct {
 
 	// Loop-owned state (touched only by the loop goroutine).
 	exps          map[int64]*expState
-	trials        map[int64]*trialState
+	trials        map[int64]*trialState // trials of the experiments that have not ended (ckptrefs.go: track)
+	ckptRefs      map[string]int        // references of the trials' checkpoints, per content ID (ckptrefs.go)
 	attempts      map[int64]*trialState // live attempt ID -> its trial
 	inflight      virga.Resources       // reserved by attempts committed but not yet seen started
 	startedSeen   map[int64]bool        // attempts whose Started event arrived
@@ -206,6 +207,10 @@ type expState struct {
 	// snapshot. Every trial with an attempt or waiting for one is active.
 	active  []*trialState
 	settled settledSums
+	// mayHaveSettled says a trial of active may have settled since the
+	// last snapshot (it changed state, or its attempt ended): only then
+	// does the next snapshot look for settled trials among them.
+	mayHaveSettled bool
 	// spent is the cost of the experiment's ended attempts; runs and runTime
 	// count its attempts that succeeded and their run time (the expected
 	// run of the next one, for the budget).
@@ -256,6 +261,9 @@ type trialState struct {
 	// it adds to the experiment's settledSums while settled (nil: active).
 	idx  int
 	part *settledPart
+	// tracked says the trial is in Controller.trials, its checkpoints
+	// counted in Controller.ckptRefs.
+	tracked bool
 }
 
 // progressInterval bounds how often a reporting trial's row is rewritten.
@@ -317,6 +325,7 @@ func New(cfg Config) (*Controller, error) {
 		subs:        map[chan wire.Update]int64{},
 		exps:        map[int64]*expState{},
 		trials:      map[int64]*trialState{},
+		ckptRefs:    map[string]int{},
 		attempts:    map[int64]*trialState{},
 		startedSeen: map[int64]bool{},
 		progress:    map[*trialState]bool{},

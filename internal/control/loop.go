@@ -189,6 +189,14 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (e
 		if len(steps) == 0 {
 			return
 		}
+		if len(c.launching) == 0 {
+			// Nothing to wait for (most passes start nothing): answer
+			// here rather than hand over to a goroutine.
+			for _, s := range steps {
+				s <- result[struct{}]{err: err}
+			}
+			return
+		}
 		launching := slices.Clone(c.launching)
 		go func() {
 			for _, done := range launching {
@@ -223,7 +231,7 @@ func (c *Controller) iterate(ctx context.Context, it *iteration, ins []input) (e
 		}
 		for _, ts := range it.trials {
 			if _, ok := c.trials[ts.t.ID]; !ok {
-				c.trials[ts.t.ID] = ts
+				c.track(ts)
 				ts.exp.searcher.Created(ts.t.Request, ts.t.ID)
 				ts.exp.dirty = true
 			}
@@ -454,6 +462,7 @@ func (c *Controller) handleExit(it *iteration, ev backend.Event, noCapacity bool
 	c.dropLive(ev.AttemptID)
 	a, t, es := ts.attempt, ts.t, ts.exp
 	ts.attempt = nil
+	es.mayHaveSettled = true
 	a.State = virga.AttemptExited
 	a.EndedAt = ev.Time
 	if ev.Lost {
@@ -696,11 +705,21 @@ func (c *Controller) finishExperiment(it *iteration, es *expState, state virga.E
 	it.event(&virga.Event{ExperimentID: es.exp.ID, Kind: state.EndEvent(), Message: msg, Time: now})
 	delete(c.exps, es.exp.ID)
 	for _, ts := range es.trials {
-		delete(c.trials, ts.t.ID)
+		c.untrack(ts)
 	}
 }
 
 func (c *Controller) checkTimeouts(it *iteration) {
+	timed := false // most experiments have no timeout: then no attempt is visited
+	for _, es := range c.exps {
+		if es.spec.Timeout.D() > 0 {
+			timed = true
+			break
+		}
+	}
+	if !timed {
+		return
+	}
 	now := c.now()
 	for _, ts := range c.attempts {
 		d := ts.exp.spec.Timeout.D()
@@ -880,7 +899,8 @@ func (c *Controller) inherit(ts *trialState, parentID int64) {
 			"experiment", t.ExperimentID, "parent", parentID)
 		return
 	}
-	t.ParentCheckpoint, t.Checkpoint = parent.t.Checkpoint, parent.t.Checkpoint
+	t.ParentCheckpoint = parent.t.Checkpoint
+	c.setCheckpoint(ts, parent.t.Checkpoint)
 	for _, ck := range parent.ckpts {
 		if ck.ID == parent.t.Checkpoint {
 			t.ParentStep = ck.Step

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 	"time"
@@ -69,6 +68,21 @@ type expPolicyState struct {
 	// hint is what the estimate submitted with the experiment says of its
 	// trials, for the policy to decide from before its own are measured.
 	hint estimateHint
+	// buf keeps the last snapshot's slices, for the next to reuse: a
+	// snapshot at every pass of a large search would otherwise allocate
+	// its trials anew each time.
+	buf snapshotBuf
+}
+
+// snapshotBuf is the storage of an experiment's policy snapshot, reused
+// from one pass to the next (a policy keeps nothing of a snapshot:
+// schedule.ExperimentPolicy).
+type snapshotBuf struct {
+	pools  []schedule.Pool
+	trials []schedule.Trial
+	views  []*trialState
+	live   []schedule.LiveTrial
+	means  []time.Duration
 }
 
 // estimateHint is what an estimate submitted with an experiment (virga
@@ -251,6 +265,10 @@ func fitCount(have, need virga.Resources) int {
 type policyView struct {
 	e      schedule.Experiment
 	trials []*trialState // by Trial.ID-1
+	// sig sums up what the policy decides from but the clock: the trials,
+	// where they run, and the pools' state (an FNV-1a hash, summed as the
+	// snapshot is built). The policy is asked again when it changes.
+	sig uint64
 }
 
 // notReady says why the policy cannot decide for es yet ("": it can): the
@@ -273,12 +291,14 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	steps := stepsPerTrial(es)
 	step := stepTime(es)
 	shape := schedule.ShapeOf(es.spec, steps)
-	v := &policyView{}
+	buf := &es.pol.buf
+	v := &policyView{trials: buf.views[:0]}
 	e := &v.e
+	e.Pools, e.Trials = buf.pools[:0], buf.trials[:0]
 	e.Elapsed = now.Sub(es.exp.CreatedAt)
 	e.Deadline = es.spec.Deadline.Time(es.exp.CreatedAt).Sub(es.exp.CreatedAt)
 	if c.cfg.Pricer != nil {
-		e.Budget, e.Spent = es.spec.Budget, c.committed(es, now, 0)
+		e.Budget = es.spec.Budget // Spent once the policy is asked (schedulePolicy)
 	}
 	e.Tick = c.cfg.TickInterval
 	e.Checkpoint = step
@@ -289,10 +309,8 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	e.Committed = es.pol.committed
 
 	// Pools, in the backend's order.
-	index := make(map[string]int, len(pools))
 	var overhead time.Duration
-	for i, ps := range pools {
-		index[ps.Name] = i
+	for _, ps := range pools {
 		info, ok := c.cfg.PoolInfo[ps.Name]
 		if !ok {
 			info.Spot = ps.Preemptible
@@ -315,19 +333,9 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		})
 	}
 
-	// A slot of the pool a trial is moving to is kept for it while its
-	// attempt stops (the simulator moves a trial at once).
-	for _, ts := range es.active {
-		if ts.attempt != nil && ts.stopping == stopMove && ts.moveTo != "" {
-			if i, ok := index[ts.moveTo]; ok {
-				e.Pools[i].Free = max(e.Pools[i].Free-1, 0)
-			}
-		}
-	}
-
 	// Trials, and the search's progress.
 	prog := schedule.Progress{Lowest: math.MaxInt64, Overhead: overhead, Exhausted: es.exhausted, StepTime: step,
-		Reached: make([]int, len(shape.Rungs)), Passed: make([]int, len(shape.Rungs))}
+		Reached: make([]int, len(shape.Rungs)), Passed: make([]int, len(shape.Rungs)), Live: buf.live[:0]}
 	// The settled trials' part (settled.go), then the others'.
 	sums := es.settle(shape)
 	prog.Steps += sums.steps
@@ -342,11 +350,20 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 	for kept := range sums.lowest {
 		prog.Lowest = min(prog.Lowest, kept)
 	}
-	var means []time.Duration
+	means := buf.means[:0]
+	sig := newFNV()
 	for _, ts := range es.active {
 		t := ts.t
+		if ts.attempt != nil && ts.stopping == stopMove && ts.moveTo != "" {
+			// A slot of the pool the trial is moving to is kept for it
+			// while its attempt stops (the simulator moves a trial at once).
+			if i := poolIndex(e.Pools, ts.moveTo); i >= 0 {
+				e.Pools[i].Free = max(e.Pools[i].Free-1, 0)
+			}
+		}
 		kept := keptStep(ts)
-		own := ts.speed.stepTime()
+		mean := ts.speed.stepTime()
+		own := mean
 		if own > 0 {
 			means = append(means, own)
 		} else {
@@ -377,7 +394,7 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		if ts.attempt == nil && !waiting {
 			continue // paused
 		}
-		prog.Live = append(prog.Live, schedule.LiveTrial{Step: kept, StepTime: ts.speed.stepTime()})
+		prog.Live = append(prog.Live, schedule.LiveTrial{Step: kept, StepTime: mean})
 		tr := schedule.Trial{ID: int64(len(v.trials) + 1), Pool: -1, Done: time.Duration(done) * own,
 			Left: time.Duration(max(shape.Steps-kept, 0)) * own, Final: shape.Final(kept)}
 		if waiting {
@@ -386,8 +403,8 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 			}
 		} else {
 			a := ts.attempt
-			i, ok := index[a.Pool]
-			if !ok || ts.stopping != notStopping || a.Backend == apiBackend {
+			i := poolIndex(e.Pools, a.Pool)
+			if i < 0 || ts.stopping != notStopping || a.Backend == apiBackend {
 				continue // not the policy's to move
 			}
 			tr.Pool = i
@@ -403,7 +420,12 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		}
 		e.Trials = append(e.Trials, tr)
 		v.trials = append(v.trials, ts)
+		sig.trial(t.Seq, &tr)
 	}
+	for i := range e.Pools {
+		sig.pool(&e.Pools[i])
+	}
+	v.sig = uint64(sig)
 	if prog.Lowest == math.MaxInt64 {
 		prog.Lowest = 0
 	}
@@ -412,32 +434,55 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		prog.Slow = quantile(means, sums.means, min(n-1, int(math.Ceil(slowQuantile*float64(n)))-1))
 	}
 	e.Left, e.Chain = shape.EstimateWork(prog)
+	buf.pools, buf.trials, buf.views, buf.live, buf.means = e.Pools, e.Trials, v.trials, prog.Live, means
 	return v
+}
+
+// poolIndex is the index of the pool named name in pools, -1 if none.
+func poolIndex(pools []schedule.Pool, name string) int {
+	for i := range pools {
+		if pools[i].Name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // slowQuantile is the quantile of the trials' mean step times taken as a
 // slow trial's (schedule.Progress.Slow), as in the simulator.
 const slowQuantile = 0.75
 
-// digest sums up what the policy decides from but the clock: the trials,
-// where they run, and the pools' state.
-func digest(e *schedule.Experiment, trials []*trialState) uint64 {
-	h := fnv.New64a()
-	b := make([]byte, 0, 16*(len(e.Trials)+len(e.Pools))+1)
-	for i, t := range e.Trials {
-		b = append(b, 't')
-		b = binary.AppendVarint(b, int64(trials[i].t.Seq))
-		b = binary.AppendVarint(b, int64(t.Pool))
-		b = append(b, flags(t.Starting > 0, t.Final))
+// fnv is a 64-bit FNV-1a hash summed a byte at a time (hash/fnv's, without
+// a buffer of what it hashes).
+type fnv uint64
+
+func newFNV() fnv { return 14695981039346656037 }
+
+func (h *fnv) byte(b byte) { *h = (*h ^ fnv(b)) * 1099511628211 }
+
+func (h *fnv) varint(x int64) {
+	var buf [binary.MaxVarintLen64]byte
+	for _, b := range binary.AppendVarint(buf[:0], x) {
+		h.byte(b)
 	}
-	for _, p := range e.Pools {
-		b = append(b, 'p')
-		b = binary.AppendVarint(b, int64(p.Slots))
-		b = binary.AppendVarint(b, int64(p.Free))
-		b = append(b, flags(p.Up, p.Reclaiming))
-	}
-	h.Write(b)
-	return h.Sum64()
+}
+
+// trial adds a trial of the snapshot: its sequence number, its pool, and
+// whether it is starting and at its last rung.
+func (h *fnv) trial(seq int, t *schedule.Trial) {
+	h.byte('t')
+	h.varint(int64(seq))
+	h.varint(int64(t.Pool))
+	h.byte(flags(t.Starting > 0, t.Final))
+}
+
+// pool adds a pool of the snapshot: its slots, free slots, and whether it
+// is up and reclaiming.
+func (h *fnv) pool(p *schedule.Pool) {
+	h.byte('p')
+	h.varint(int64(p.Slots))
+	h.varint(int64(p.Free))
+	h.byte(flags(p.Up, p.Reclaiming))
 }
 
 // flags packs two booleans in a byte.
@@ -494,11 +539,17 @@ func (c *Controller) schedulePolicy(it *iteration, es *expState, pools []backend
 		c.maybeFinish(it, es)
 		return true
 	}
-	sig := digest(e, v.trials)
+	sig := v.sig
 	if sig == es.pol.sig && now.Sub(es.pol.decided) < c.cfg.TickInterval {
 		return true
 	}
 	es.pol.sig, es.pol.decided = sig, now
+	if e.Budget > 0 {
+		// Pricing every running attempt is most of a snapshot's cost: it
+		// is done only for a decision, and only with a budget (nothing
+		// else decides on what was spent).
+		e.Spent = c.committed(es, now, 0)
+	}
 	if need := e.LaneLeft(); !es.pol.late && e.Deadline > 0 && need > e.Remaining() {
 		// Say so once: even on on-demand capacity the work left takes
 		// longer than the time left (the policy still does its best).

@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/backend"
+	"github.com/virga-ml/virga/internal/capacity"
 	"github.com/virga-ml/virga/internal/clock"
 	"github.com/virga-ml/virga/internal/control"
 	"github.com/virga-ml/virga/internal/schedule"
@@ -490,5 +492,75 @@ func TestPolicyMeasuresFirstSteps(t *testing.T) {
 		if s := h.stepStart(); s != nil {
 			t.Fatalf("trial %d started on pool %s while spot capacity is down and the deadline is far; want it to wait", s.TrialID, s.Pool)
 		}
+	}
+}
+
+// spentPolicy is Virga's policy, recording the budget and the spend of
+// each snapshot it is asked about.
+type spentPolicy struct {
+	schedule.ExpPlanned
+	mu   sync.Mutex
+	seen [][2]float64 // budget, spent
+}
+
+func (p *spentPolicy) Place(e *schedule.Experiment, moves []schedule.Move) []schedule.Move {
+	p.mu.Lock()
+	p.seen = append(p.seen, [2]float64{e.Budget, e.Spent})
+	p.mu.Unlock()
+	return p.ExpPlanned.Place(e, moves)
+}
+
+func (p *spentPolicy) last() [2]float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.seen) == 0 {
+		return [2]float64{-1, -1}
+	}
+	return p.seen[len(p.seen)-1]
+}
+
+// TestPolicySeesWhatWasSpent: the policy asked about an experiment with a
+// budget sees what it has spent, the attempts that ended and the running
+// one priced up to now; without a budget, nothing (schedule.Experiment's
+// Spent is read only against a budget, and pricing every running attempt
+// at every pass was most of a large search's snapshot).
+func TestPolicySeesWhatWasSpent(t *testing.T) {
+	for _, budget := range []float64{100, 0} {
+		be := onePerPool(true)
+		clk := clock.NewFake(time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC))
+		h := newHarness(t)
+		h.clk = clk
+		pol := &spentPolicy{}
+		h.policy, h.poolInfo = pol, policyPools()
+		one := virga.Resources{CPU: 1}
+		h.pricer = &capacity.Pricer{Pools: map[string]capacity.PricedPool{
+			"spot":     {Price: capacity.Constant(1), Node: one, Billing: capacity.PerSecond},
+			"ondemand": {Price: capacity.Constant(3), Node: one, Billing: capacity.PerSecond},
+		}}
+		h.start(be)
+		extra := "deadline: 10h"
+		if budget > 0 {
+			extra += "\nbudget: 100"
+		}
+		e := h.submit(policyYAML(3, extra))
+		s1 := h.nextStart()
+		h.complete(be, clk, s1)
+		s2 := h.nextStart()
+		h.settle(s2)
+		clk.Advance(30 * time.Minute)
+		h.step() // a tick since the last decision: the policy is asked
+		var want float64
+		if budget > 0 {
+			a1, a2 := h.attempts(s1.TrialID)[0], h.attempts(s2.TrialID)[0]
+			running, err := control.AttemptCost(h.pricer, a2, one, clk.Now())
+			if err != nil || a1.Cost <= 0 || running <= 0 {
+				t.Fatalf("costs %g and %g (%v): want both priced", a1.Cost, running, err)
+			}
+			want = a1.Cost + running
+		}
+		if got := pol.last(); got != [2]float64{budget, want} {
+			t.Errorf("budget %g: the policy saw budget %g and spent %g, want %g and %g", budget, got[0], got[1], budget, want)
+		}
+		h.eventually("the second trial to be recorded", func() bool { return len(h.trials(e.ID)) >= 2 })
 	}
 }

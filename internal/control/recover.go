@@ -218,10 +218,10 @@ func (c *Controller) recover(ctx context.Context) (*iteration, error) {
 				continue
 			}
 			es.searcher.Created(t.Request, t.ID)
-			c.trials[t.ID] = ts
 			if ts.ckpts, err = c.cfg.Store.Checkpoints(ctx, t.ID); err != nil {
 				return nil, fmtErr("listing checkpoints", err)
 			}
+			c.track(ts)
 			// The row's progress may lag its metrics (it is written at most every
 			// progressInterval): recompute it.
 			ms, err := c.cfg.Store.Metrics(ctx, store.MetricFilter{TrialID: t.ID, AfterStep: -1})

@@ -209,8 +209,8 @@ func (c *Controller) handleReport(it *iteration, r *reportReq) {
 		it.b.Checkpoints = append(it.b.Checkpoints, ck)
 		inherited := t.Checkpoint != "" && t.Checkpoint == t.ParentCheckpoint && t.Checkpoint != ck.ID
 		prev := t.Checkpoint
-		t.Checkpoint = ck.ID
-		ts.ckpts = append(ts.ckpts, ck)
+		c.setCheckpoint(ts, ck.ID)
+		c.keepCheckpoint(ts, ck)
 		c.retain(it, ts)
 		// A trial that started from its parent's checkpoint has one of its
 		// own now: the parent's files go once no trial needs them (the
@@ -297,6 +297,7 @@ func (c *Controller) retain(it *iteration, ts *trialState) {
 	}
 	ts.ckpts = kept
 	for _, ck := range dropped {
+		c.dropCheckpoint(ts, ck.ID)
 		it.b.DeleteCheckpoints = append(it.b.DeleteCheckpoints, storeRef(ck))
 		if c.checkpointShared(ts, ck.ID) {
 			continue
@@ -308,30 +309,6 @@ func (c *Controller) retain(it *iteration, ts *trialState) {
 			}
 		})
 	}
-}
-
-// checkpointShared reports whether another trial in memory (or the same trial's
-// retained list) still refers to the content id.
-func (c *Controller) checkpointShared(self *trialState, id string) bool {
-	for _, ck := range self.ckpts {
-		if ck.ID == id {
-			return true
-		}
-	}
-	for _, ts := range c.trials {
-		if ts == self {
-			continue
-		}
-		if ts.t.Checkpoint == id {
-			return true
-		}
-		for _, ck := range ts.ckpts {
-			if ck.ID == id {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 type opReq struct {

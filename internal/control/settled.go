@@ -102,6 +102,10 @@ func (es *expState) settle(shape schedule.SearchShape) *settledSums {
 			}
 		}
 	}
+	if !es.mayHaveSettled {
+		return s // no trial of es.active changed state or ended its attempt since
+	}
+	es.mayHaveSettled = false
 	es.active = slices.DeleteFunc(es.active, func(ts *trialState) bool {
 		if !settled(ts) {
 			return false
@@ -121,6 +125,7 @@ func (es *expState) settle(shape schedule.SearchShape) *settledSums {
 // changes, and makes it active again, in its place among the trials.
 func (ts *trialState) unsettle() {
 	es := ts.exp
+	es.mayHaveSettled = true // it may have settled instead
 	if ts.part == nil {
 		return
 	}
@@ -137,6 +142,7 @@ func (es *expState) addTrial(ts *trialState) {
 	ts.idx = len(es.trials)
 	es.trials = append(es.trials, ts)
 	es.active = append(es.active, ts)
+	es.mayHaveSettled = true
 }
 
 // quantile returns the element at index k of the sorted union of a and b,

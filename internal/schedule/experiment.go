@@ -21,7 +21,9 @@ type Experiment struct {
 	Elapsed  time.Duration // since submission
 	Deadline time.Duration // since submission; 0 means none
 	// Budget is the most the experiment may cost in USD (0: no limit);
-	// Spent what it has cost so far, running attempts up to now included.
+	// Spent what it has cost so far, running attempts up to now included
+	// (the control loop fills it in only when there is a budget: nothing
+	// else decides on it).
 	Budget, Spent float64
 	// Tick is the decision interval: the next decision comes at the latest
 	// this much later.
@@ -110,7 +112,8 @@ type ExperimentPolicy interface {
 	Name() string
 	// Place appends to moves what should change now and returns it: trials
 	// not named stay as they are (waiting, or where they run). It must not
-	// change e. Moves Feasible refuses are dropped, so a policy may ask for
+	// change e, nor keep it or its slices once it returns (the control loop
+	// reuses them for its next snapshot). Moves Feasible refuses are dropped, so a policy may ask for
 	// a pool without counting its free slots exactly.
 	Place(e *Experiment, moves []Move) []Move
 }

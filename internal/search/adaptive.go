@@ -17,9 +17,12 @@ import (
 // record per trial; the sampler learns from the records of trials that
 // ended or paused, the stopper from the values reported.
 type adaptive struct {
-	name    string
-	sp      space
-	pick    func(i int, r *rand.Rand, hist []Observation) (map[string]any, error)
+	name string
+	sp   space
+	pick func(i int, r *rand.Rand, hist []Observation) (map[string]any, error)
+	// learns says pick learns from the history (TPE): only then is it
+	// gathered at each proposal.
+	learns  bool
 	stop    stopper // nil: no trial is stopped early
 	limit   int
 	sign    float64 // 1 to minimise, -1 to maximise
@@ -36,9 +39,9 @@ type adaptive struct {
 	redraw bool
 	// In a space that is not finite, tol is the distance under which a
 	// configuration is a near-duplicate of one proposed (nearTolerance),
-	// and units holds each record's place (space.unit), in record order.
-	tol   float64
-	units []unitPoint
+	// and near holds each record's place (space.unit), in record order.
+	tol  float64
+	near *nearIndex
 }
 
 // unitPoint is a configuration's place, as space.unit returns it.
@@ -165,6 +168,7 @@ func newAdaptive(e *spec.Experiment, seed uint64) (Searcher, error) {
 		a.pick = func(_ int, r *rand.Rand, hist []Observation) (map[string]any, error) {
 			return t.next(r, hist)
 		}
+		a.learns = true
 	default:
 		return nil, fmt.Errorf("unknown sampler %q: want random, grid or tpe", sampler)
 	}
@@ -255,7 +259,10 @@ func (a *adaptive) anyComplete() bool {
 // before it is accepted. (Optuna's TPE proposes such repeats; in a tabular
 // benchmark they were 80% of its trials.)
 func (a *adaptive) fresh() (map[string]any, error) {
-	hist := a.history()
+	var hist []Observation
+	if a.learns {
+		hist = a.history()
+	}
 	hp, err := a.pick(len(a.records), a.rng, hist)
 	if err != nil || !a.redraw {
 		return hp, err
@@ -284,19 +291,16 @@ func (a *adaptive) tried(hp map[string]any) bool {
 		return a.seen[a.sp.key(hp)]
 	}
 	x, cat := a.sp.unit(hp)
-outer:
-	for _, u := range a.units {
-		if u.cat != cat {
-			continue
-		}
-		for i, v := range u.x {
-			if math.Abs(v-x[i]) > a.tol {
-				continue outer
-			}
-		}
-		return true
+	return a.nearIndex().near(x, cat)
+}
+
+// nearIndex returns the places of the configurations proposed, made empty
+// at first use.
+func (a *adaptive) nearIndex() *nearIndex {
+	if a.near == nil {
+		a.near = newNearIndex(a.tol)
 	}
-	return false
+	return a.near
 }
 
 // remember records a configuration proposed, for tried.
@@ -309,7 +313,7 @@ func (a *adaptive) remember(hp map[string]any) {
 		return
 	}
 	x, cat := a.sp.unit(hp)
-	a.units = append(a.units, unitPoint{x: x, cat: cat})
+	a.nearIndex().add(unitPoint{x: x, cat: cat})
 }
 
 // history returns the observations of trials that reported and no longer
@@ -474,7 +478,10 @@ func (a *adaptive) Restore(snapshot []byte) error {
 	byTrial := make(map[int64]*record, len(st.Records))
 	byID := make(map[string]*record, len(st.Records))
 	seen := map[string]bool{}
-	var units []unitPoint
+	var near *nearIndex
+	if a.redraw && a.tol != 0 {
+		near = newNearIndex(a.tol)
+	}
 	for i, r := range st.Records {
 		if r == nil || r.Proposal != proposalID(i+1) {
 			return fmt.Errorf("restoring %s searcher: trial %d of the snapshot is malformed", a.name, i+1)
@@ -491,7 +498,7 @@ func (a *adaptive) Restore(snapshot []byte) error {
 			seen[a.sp.key(hp)] = true
 		default:
 			x, cat := a.sp.unit(hp)
-			units = append(units, unitPoint{x: x, cat: cat})
+			near.add(unitPoint{x: x, cat: cat})
 		}
 		if r.Trial != 0 {
 			byTrial[r.Trial] = r
@@ -503,6 +510,6 @@ func (a *adaptive) Restore(snapshot []byte) error {
 		}
 	}
 	*a.pcg = *pcg
-	a.records, a.byTrial, a.byID, a.seen, a.units = st.Records, byTrial, byID, seen, units
+	a.records, a.byTrial, a.byID, a.seen, a.near = st.Records, byTrial, byID, seen, near
 	return nil
 }

@@ -130,7 +130,10 @@ func RunLoop(cfg ExperimentConfig) (*ExperimentResult, error) {
 	defer b.Close()
 
 	// 3. The control loop, on a store of its own.
-	dir, err := os.MkdirTemp("", "virga-sim-")
+	dir, err := os.MkdirTemp(scratchRoot(), "virga-sim-")
+	if err != nil {
+		dir, err = os.MkdirTemp("", "virga-sim-") // shared memory not writable
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -21,43 +21,18 @@ import (
 //
 // It prints, per searcher and engine, the wall time, the simulated outcome
 // and the events handled. Scale/1000 is the same run a tenth the size
-// (1,000 trials on 100 nodes), for quicker measures.
+// (1,000 trials on 100 nodes), for quicker measures, and Scale/3000 one
+// between, to tell a cost that grows with the trials from one that grows
+// faster. Select a size exactly: 'Scale/^1000$' (Scale/1000 matches 10000).
 func BenchmarkScale(b *testing.B) {
-	for _, trials := range []int{10000, 1000} {
+	for _, trials := range []int{10000, 3000, 1000} {
 		b.Run(fmt.Sprint(trials), func(b *testing.B) { benchmarkScale(b, trials) })
 	}
 }
 
 func benchmarkScale(b *testing.B, trials int) {
-	data, err := readScale("testdata/scale.yaml", trials)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := spec.Parse("testdata/scale.yaml", data)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tb, err := replay.Load("../../bench/search/tables/digits-mlp.json.gz")
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := NewCurves(tb, e, "testdata/scale.yaml", data)
-	if err != nil {
-		b.Fatal(err)
-	}
-	// About 40,000 steps on 1,000 nodes over a month: the median epoch
-	// lasts 3 hours.
-	c.ScaleTo(3 * time.Hour)
-	set, err := capacity.LoadFile("testdata/scale-capacity.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	pools := make([]*capacity.Pool, len(set.Pools))
-	for i, p := range set.Pools {
-		q := *p
-		q.MaxNodes = p.MaxNodes * trials / 10000
-		pools[i] = &q
-	}
+	cfg := scaleConfig(b, trials)
+	e := cfg.Spec
 	tpe := *e
 	tpe.Searcher.Sampler, tpe.Searcher.Name = "tpe", "tpe+asha"
 	engines := []struct {
@@ -69,8 +44,9 @@ func benchmarkScale(b *testing.B, trials int) {
 			b.Run(e.Searcher.Name+"/"+en.name, func(b *testing.B) {
 				for b.Loop() {
 					began := time.Now()
-					r, err := en.run(ExperimentConfig{Spec: e, Data: data, Curves: c, Pools: pools, Policy: &schedule.ExpPlanned{},
-						Deadline: 30 * 24 * time.Hour, TraceOffset: 5 * 24 * time.Hour})
+					cfg := cfg
+					cfg.Spec = e
+					r, err := en.run(cfg)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -82,6 +58,44 @@ func benchmarkScale(b *testing.B, trials int) {
 			})
 		}
 	}
+}
+
+// scaleConfig is the scale run at the given trials (a tenth of them at a
+// time, on a tenth as many nodes): random search with ASHA under Virga's
+// policy with a deadline of 30 days, from 5 days into the trace.
+func scaleConfig(t testing.TB, trials int) ExperimentConfig {
+	t.Helper()
+	data, err := readScale("testdata/scale.yaml", trials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := spec.Parse("testdata/scale.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := replay.Load("../../bench/search/tables/digits-mlp.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCurves(tb, e, "testdata/scale.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// About 40,000 steps on 1,000 nodes over a month: the median epoch
+	// lasts 3 hours.
+	c.ScaleTo(3 * time.Hour)
+	set, err := capacity.LoadFile("testdata/scale-capacity.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := make([]*capacity.Pool, len(set.Pools))
+	for i, p := range set.Pools {
+		q := *p
+		q.MaxNodes = p.MaxNodes * trials / 10000
+		pools[i] = &q
+	}
+	return ExperimentConfig{Spec: e, Data: data, Curves: c, Pools: pools, Policy: &schedule.ExpPlanned{},
+		Deadline: 30 * 24 * time.Hour, TraceOffset: 5 * 24 * time.Hour}
 }
 
 // readScale reads the scale experiment, resized to the given trials (a
