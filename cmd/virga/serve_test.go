@@ -489,6 +489,9 @@ func TestServeTorchModel(t *testing.T) {
 // what would be right.
 func TestServeUsageErrors(t *testing.T) {
 	state := t.TempDir()
+	if err := os.WriteFile(filepath.Join(state, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -498,7 +501,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"--batching", "fixed:soon"}, "want fixed:DELAY"},
 		{[]string{"--objective", "0s"}, "want a positive duration"},
 		{[]string{"--models", "digits@"}, "--models"},
-		{[]string{"--repository", filepath.Join(state, "nope")}, "not a directory"},
+		{[]string{"--repository", filepath.Join(state, "nope")}, "--repository " + filepath.Join(state, "nope") + ": no such directory"},
+		{[]string{"--repository", filepath.Join(state, "file")}, "--repository " + filepath.Join(state, "file") + ": a file, not a directory"},
 		{[]string{"--http", "", "--grpc", ""}, "nothing to listen on"},
 		{[]string{"--cache-policy", "lfu"}, "want cost, frequency or lru"},
 		{[]string{"--lru", "--cache-policy", "frequency"}, "give one"},
