@@ -82,8 +82,19 @@ func (s *Source) Models(ctx context.Context) ([]string, error) {
 }
 
 // ref is the reference a name and an engine version ("" for what the name
-// serves now) stand for.
+// serves now) stand for. Only the names given to New are served when some
+// were (any version of each, by number); with none, every registered model.
 func (s *Source) ref(name, version string) (virga.ModelRef, error) {
+	r, listed := s.refs[name]
+	if !listed && len(s.refs) > 0 {
+		return virga.ModelRef{}, fmt.Errorf("%w: %s is not served here (serving %v)", serve.ErrModelNotFound, name, s.Names())
+	}
+	if !listed {
+		if err := virga.CheckModelName(name); err != nil {
+			return virga.ModelRef{}, fmt.Errorf("%w: %v", serve.ErrModelNotFound, err)
+		}
+		r = virga.ModelRef{Name: name}
+	}
 	if version != "" {
 		n, err := strconv.ParseInt(version, 10, 64)
 		if err != nil || n < 1 {
@@ -91,16 +102,7 @@ func (s *Source) ref(name, version string) (virga.ModelRef, error) {
 		}
 		return virga.ModelRef{Name: name, Version: n}, nil
 	}
-	if r, ok := s.refs[name]; ok {
-		return r, nil
-	}
-	if len(s.refs) > 0 {
-		return virga.ModelRef{}, fmt.Errorf("%w: %s is not served here (serving %v)", serve.ErrModelNotFound, name, s.Names())
-	}
-	if err := virga.CheckModelName(name); err != nil {
-		return virga.ModelRef{}, fmt.Errorf("%w: %v", serve.ErrModelNotFound, err)
-	}
-	return virga.ModelRef{Name: name}, nil
+	return r, nil
 }
 
 // lookup asks the registry for ref's version; an unknown one wraps
