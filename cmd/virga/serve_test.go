@@ -352,6 +352,7 @@ func TestServeEndToEnd(t *testing.T) {
 		{"GET", "/v2/models/unlisted/versions/1/ready", http.StatusNotFound},
 		{"POST", "/v2/models/unlisted/versions/1/infer", http.StatusNotFound},
 		{"GET", "/v2/models/digits/versions/2", http.StatusOK},
+		{"GET", "/v2/models/digits/versions/9", http.StatusNotFound},
 	} {
 		req, err := http.NewRequest(c.method, s.rest+c.path, strings.NewReader(`{"inputs":[{"name":"pixels","shape":[1,64],"datatype":"FP32","data":[`+strings.Repeat("0,", 63)+`0]}]}`))
 		if err != nil {
@@ -365,6 +366,11 @@ func TestServeEndToEnd(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != c.want {
 			t.Errorf("%s %s: %d %s, want %d", c.method, c.path, resp.StatusCode, body, c.want)
+		}
+		// A version the registry does not have is named once, without
+		// the status of the registry's own answer.
+		if want := `{"error":"model not found: model digits version 9: not found"}`; strings.HasSuffix(c.path, "/9") && strings.TrimSpace(string(body)) != want {
+			t.Errorf("%s %s: %s, want %s", c.method, c.path, body, want)
 		}
 	}
 

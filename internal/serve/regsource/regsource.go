@@ -110,8 +110,13 @@ func (s *Source) ref(name, version string) (virga.ModelRef, error) {
 func (s *Source) lookup(ctx context.Context, ref virga.ModelRef) (*virga.ModelVersion, error) {
 	v, err := s.reg.ModelVersion(ctx, ref)
 	if err != nil {
-		if ce, ok := errors.AsType[*client.Error](err); ok && ce.Status == http.StatusNotFound || errors.Is(err, virga.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s: %v", serve.ErrModelNotFound, ref, err)
+		if ce, ok := errors.AsType[*client.Error](err); ok && ce.Status == http.StatusNotFound {
+			// The registry's message names the model and the version or
+			// alias; its HTTP status is not the client's business.
+			return nil, fmt.Errorf("%w: %s", serve.ErrModelNotFound, ce.Body.Error)
+		}
+		if errors.Is(err, virga.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %v", serve.ErrModelNotFound, err)
 		}
 		return nil, fmt.Errorf("registry: %s: %w", ref, err)
 	}
