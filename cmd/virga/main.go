@@ -167,7 +167,11 @@ func (g *globals) client(ctx context.Context) (*client.Client, func(), error) {
 		}
 		return client.New(g.server, g.tokenFor(g.dataDir)), func() {}, nil
 	}
-	if info, ok := server.Running(g.dataDir); ok {
+	info, ok, err := g.runningServer(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ok {
 		return client.New(info.URL, g.tokenFor(g.dataDir)), func() {}, nil
 	}
 	db := filepath.Join(g.dataDir, "virga.db")
@@ -208,6 +212,30 @@ func (readOnlyFiles) SaveFor(string, string) (checkpoint.Info, error) {
 }
 func (readOnlyFiles) Restore(string, string) error { return registry.ErrNoFiles }
 func (readOnlyFiles) Delete(string) error          { return registry.ErrNoFiles }
+
+// runningServer returns the server that owns the data directory and serves,
+// if any. While one starts (opening its store, waiting for its database,
+// recovering: `virga server &` just before this command), it waits for it,
+// saying so after a second, until it serves or exits or ctx ends.
+func (g *globals) runningServer(ctx context.Context) (server.Info, bool, error) {
+	const poll = 50 * time.Millisecond
+	said := time.Now().Add(time.Second)
+	for {
+		info, st := server.Lookup(g.dataDir)
+		if st != server.Starting {
+			return info, st == server.Serving, nil
+		}
+		if !said.IsZero() && time.Now().After(said) {
+			fmt.Fprintf(g.stderr, "waiting for the Virga server starting on %s\n", g.dataDir)
+			said = time.Time{}
+		}
+		select {
+		case <-ctx.Done():
+			return server.Info{}, false, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
 
 // checkServerURL refuses a --server value that is not an http(s) URL.
 func checkServerURL(s string) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -208,9 +209,11 @@ func newModelsRegisterCmd(g *globals) *cobra.Command {
 			"the model/ folder of the trial's latest checkpoint that has one (the trainer writes it; see docs/models.md); " +
 			"--best picks the trial as `virga best` does. With --from-dir, DIR is a model directory (holding virga-model.json), uploaded.",
 		Args: cobra.ExactArgs(1),
-		RunE: g.withClient(func(ctx context.Context, c *client.Client, args []string) error {
-			name := args[0]
-			if err := virga.CheckModelName(name); err != nil {
+		// The arguments and a --from-dir directory are checked before
+		// connecting, so that a mistake is a usage error with or without a
+		// server.
+		PreRunE: func(_ *cobra.Command, args []string) error {
+			if err := virga.CheckModelName(args[0]); err != nil {
 				return usageError{err}
 			}
 			given := 0
@@ -229,6 +232,19 @@ func newModelsRegisterCmd(g *globals) *cobra.Command {
 			case fromExperiment < 0 || fromTrial < 0:
 				return usageError{errors.New("--from-experiment, --from-trial: want a positive ID")}
 			}
+			if fromDir != "" {
+				if err := checkDirFlag("--from-dir", fromDir); err != nil {
+					return err
+				}
+				// Checked here so that an error names the local file.
+				if _, err := registry.ReadManifest(fromDir, fromDir); err != nil {
+					return usageError{err}
+				}
+			}
+			return nil
+		},
+		RunE: g.withClient(func(ctx context.Context, c *client.Client, args []string) error {
+			name := args[0]
 			var v *virga.ModelVersion
 			var err error
 			if fromDir != "" {
@@ -260,15 +276,9 @@ func newModelsRegisterCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// registerDir checks dir's manifest here (so an error names the local
-// file), then uploads dir as a tar archive.
+// registerDir uploads dir, a model directory the command has checked, as a
+// tar archive.
 func registerDir(ctx context.Context, c *client.Client, name, dir, description string) (*virga.ModelVersion, error) {
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, usageError{fmt.Errorf("--from-dir %s: not a directory", dir)}
-	}
-	if _, err := registry.ReadManifest(dir, dir); err != nil {
-		return nil, usageError{err}
-	}
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := checkpoint.WriteArchive(pw, dir)
@@ -385,4 +395,19 @@ func newModelsDownloadCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
+}
+
+// checkDirFlag checks that the directory a flag names exists and is a
+// directory; if not, a usage error says which.
+func checkDirFlag(flag, dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return usageError{fmt.Errorf("%s %s: no such directory", flag, dir)}
+	case err != nil:
+		return usageError{fmt.Errorf("%s %s: %w", flag, dir, err)}
+	case !fi.IsDir():
+		return usageError{fmt.Errorf("%s %s: a file, not a directory", flag, dir)}
+	}
+	return nil
 }

@@ -145,3 +145,26 @@ func fileNames(m map[string]string) []string {
 	slices.Sort(ks)
 	return ks
 }
+
+// TestModelsRegisterFromDirUsageErrors: a --from-dir that does not exist or
+// is a file is a usage error (exit 2) saying which, not "not a directory"
+// for both; the local check comes before any request to a server.
+func TestModelsRegisterFromDirUsageErrors(t *testing.T) {
+	state := t.TempDir()
+	file := filepath.Join(state, "model.json")
+	if err := os.WriteFile(file, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dir  string
+		want string // in the error
+	}{
+		{filepath.Join(state, "my-model"), "--from-dir " + filepath.Join(state, "my-model") + ": no such directory"},
+		{file, "--from-dir " + file + ": a file, not a directory"},
+	} {
+		_, errOut, code := runCLI(t, state, "models", "register", "digits", "--from-dir", c.dir, "--data-dir", state)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("register --from-dir %s: exit %d, %q; want exit 2 saying %q", c.dir, code, errOut, c.want)
+		}
+	}
+}

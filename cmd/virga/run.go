@@ -80,7 +80,11 @@ func runExperiment(ctx context.Context, g *globals, file string, detach bool, ca
 		}
 		c = client.New(g.server, g.tokenFor(g.dataDir))
 	default:
-		if info, ok := server.Running(g.dataDir); ok {
+		info, ok, err := g.runningServer(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
 			if capacityFile != "" {
 				return usageError{fmt.Errorf("--capacity configures the embedded server, but the server at %s (of %s) is running with its own: give it to that server (virga server --capacity FILE)", info.URL, g.dataDir)}
 			}

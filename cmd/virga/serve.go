@@ -224,8 +224,8 @@ func runServe(ctx context.Context, g *globals, f serveFlags) error {
 		if len(f.models) > 0 {
 			return usageError{errors.New("--models and --repository: give one (models from the registry, or a repository directory)")}
 		}
-		if st, err := os.Stat(f.repository); err != nil || !st.IsDir() {
-			return usageError{fmt.Errorf("--repository %s: not a directory", f.repository)}
+		if err := checkDirFlag("--repository", f.repository); err != nil {
+			return err
 		}
 		source = engine.DirSource{Root: f.repository}
 	} else {

@@ -335,9 +335,44 @@ func TestServeEndToEnd(t *testing.T) {
 	cli(t, state, &v3, "models", "register", "digits", "--from-dir", broken, "--json")
 	var a virga.ModelAlias
 	cli(t, state, &a, "models", "alias", "digits", "prod", "1", "--json")
+	var unlisted virga.ModelVersion
+	cli(t, state, &unlisted, "models", "register", "unlisted", "--from-trial", strconv.FormatInt(best.TrialID, 10), "--json")
 
 	rows, want := rawRows(t, root)
 	s := startServe(t, state, "--models", "digits@prod", "--pin", "digits", "--watch", "200ms")
+
+	// --models is what is served: a registered model it does not name is
+	// not, with or without a version; the versions of one it names are.
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/v2/models/unlisted", http.StatusNotFound},
+		{"GET", "/v2/models/unlisted/versions/1", http.StatusNotFound},
+		{"GET", "/v2/models/unlisted/versions/1/ready", http.StatusNotFound},
+		{"POST", "/v2/models/unlisted/versions/1/infer", http.StatusNotFound},
+		{"GET", "/v2/models/digits/versions/2", http.StatusOK},
+		{"GET", "/v2/models/digits/versions/9", http.StatusNotFound},
+	} {
+		req, err := http.NewRequest(c.method, s.rest+c.path, strings.NewReader(`{"inputs":[{"name":"pixels","shape":[1,64],"datatype":"FP32","data":[`+strings.Repeat("0,", 63)+`0]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s %s: %d %s, want %d", c.method, c.path, resp.StatusCode, body, c.want)
+		}
+		// A version the registry does not have is named once, without
+		// the status of the registry's own answer.
+		if want := `{"error":"model not found: model digits version 9: not found"}`; strings.HasSuffix(c.path, "/9") && strings.TrimSpace(string(body)) != want {
+			t.Errorf("%s %s: %s, want %s", c.method, c.path, body, want)
+		}
+	}
 
 	labels, version, err := restLabels(t, s.rest, rows)
 	if err != nil {
@@ -489,6 +524,9 @@ func TestServeTorchModel(t *testing.T) {
 // what would be right.
 func TestServeUsageErrors(t *testing.T) {
 	state := t.TempDir()
+	if err := os.WriteFile(filepath.Join(state, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -498,7 +536,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"--batching", "fixed:soon"}, "want fixed:DELAY"},
 		{[]string{"--objective", "0s"}, "want a positive duration"},
 		{[]string{"--models", "digits@"}, "--models"},
-		{[]string{"--repository", filepath.Join(state, "nope")}, "not a directory"},
+		{[]string{"--repository", filepath.Join(state, "nope")}, "--repository " + filepath.Join(state, "nope") + ": no such directory"},
+		{[]string{"--repository", filepath.Join(state, "file")}, "--repository " + filepath.Join(state, "file") + ": a file, not a directory"},
 		{[]string{"--http", "", "--grpc", ""}, "nothing to listen on"},
 		{[]string{"--cache-policy", "lfu"}, "want cost, frequency or lru"},
 		{[]string{"--lru", "--cache-policy", "frequency"}, "give one"},

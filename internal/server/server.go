@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	mrand "math/rand/v2"
 	"net"
@@ -168,23 +169,46 @@ type Info struct {
 // ErrBusy means another server owns the data directory.
 var ErrBusy = errors.New("another Virga server owns this data directory")
 
-// Running returns the server that owns dataDir now, if any.
+// State says whether a server owns a data directory, and whether it serves.
+type State int
+
+const (
+	// NotRunning: no server owns the data directory.
+	NotRunning State = iota
+	// Starting: a server owns it but does not serve yet (it is opening its
+	// store, waiting for its database, or recovering); it will serve, or
+	// exit and release the directory.
+	Starting
+	// Serving: a server owns it and serves at the URL of its Info.
+	Serving
+)
+
+// Running returns the server that owns dataDir and serves now, if any.
 func Running(dataDir string) (Info, bool) {
+	info, st := Lookup(dataDir)
+	return info, st == Serving
+}
+
+// Lookup says whether a server owns dataDir and, if it serves, where. A
+// server that owns the directory writes server.json only once it serves
+// (and removes the one of the server before it first), so a server starting
+// is never taken for the one before it.
+func Lookup(dataDir string) (Info, State) {
 	f, err := os.OpenFile(filepath.Join(dataDir, "server.lock"), os.O_RDWR, 0)
 	if err != nil {
-		return Info{}, false
+		return Info{}, NotRunning
 	}
 	defer f.Close()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		return Info{}, false
+		return Info{}, NotRunning
 	}
 	var info Info
 	b, err := os.ReadFile(filepath.Join(dataDir, "server.json"))
 	if err != nil || json.Unmarshal(b, &info) != nil || info.URL == "" {
-		return Info{}, false
+		return Info{}, Starting
 	}
-	return info, true
+	return info, Serving
 }
 
 // Start opens everything, recovers the state and starts serving.
@@ -217,6 +241,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("%s: %w (pid %d at %s)", dir, ErrBusy, info.PID, info.URL)
 		}
 		return nil, fmt.Errorf("%s: %w", dir, ErrBusy)
+	}
+	// The server before this one is no longer: until this one serves, no
+	// server.json may send clients to its address. Its address is kept for
+	// this one to reuse (step 3).
+	var previous Info
+	if b, err := os.ReadFile(filepath.Join(dir, "server.json")); err == nil {
+		_ = json.Unmarshal(b, &previous)
+	}
+	if err := os.Remove(filepath.Join(dir, "server.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("removing the previous server's server.json: %w", err)
 	}
 	// 2. Store, secrets, checkpoints, backend.
 	dbURL := cfg.DB
@@ -302,12 +336,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	listen := cfg.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
-		if b, err := os.ReadFile(filepath.Join(dir, "server.json")); err == nil {
-			var info Info
-			if json.Unmarshal(b, &info) == nil && strings.HasPrefix(info.URL, "http://127.0.0.1:") {
-				// Keep the address trials already know, if it is free.
-				ln, _ = net.Listen("tcp", strings.TrimPrefix(info.URL, "http://"))
-			}
+		if strings.HasPrefix(previous.URL, "http://127.0.0.1:") {
+			// Keep the address trials already know, if it is free.
+			ln, _ = net.Listen("tcp", strings.TrimPrefix(previous.URL, "http://"))
 		}
 	}
 	if ln == nil {

@@ -368,7 +368,8 @@ func (e *Engine) acquire(ctx context.Context, k key, dir string, deadline time.T
 			return nil, fmt.Errorf("%w: %s: no room in the memory budget (%d bytes) before the request's deadline: every loaded model has requests in flight",
 				serve.ErrUnavailable, k, e.opts.MemoryBudget)
 		}
-		return nil, &serve.RefusedError{Reason: "LoadTooSlow", Msg: fmt.Sprintf("model %s is still loading at the request's deadline", k)}
+		return nil, &serve.RefusedError{Reason: "LoadTooSlow", Msg: fmt.Sprintf(
+			"model %s is still loading at the request's deadline; the load goes on: retry, or load the model before its first request (pin it, or POST /v2/repository/models/%s/load)", k, k.name)}
 	}
 }
 

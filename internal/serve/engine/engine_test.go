@@ -369,6 +369,11 @@ func TestLoadTooSlowIsRefused(t *testing.T) {
 	if err := <-errc; !errors.As(err, &re) || re.Reason != "LoadTooSlow" {
 		t.Fatalf("got %v, want RefusedError LoadTooSlow", err)
 	}
+	// The message says what the client can do: the model's first request
+	// is often refused so, and a retry finds the model loaded.
+	if want := "model slow version 1 is still loading at the request's deadline; the load goes on: retry, or load the model before its first request"; !strings.Contains(re.Msg, want) {
+		t.Errorf("message %q, want it to say %q", re.Msg, want)
+	}
 	close(gate)
 	// The load goes on for the next request, which gets it.
 	if _, err := e.Infer(context.Background(), request("slow", 1)); err != nil {

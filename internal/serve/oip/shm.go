@@ -102,6 +102,11 @@ func (s *SharedMemory) Register(name, key string, offset, byteSize uint64) error
 	}
 	path := filepath.Join(s.dir, k)
 	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		// O_NOFOLLOW refuses a symbolic link with ELOOP, whose message
+		// ("too many levels of symbolic links") would mislead.
+		return serve.Inputf("key", "%q (%s) is a symbolic link: name the shared-memory object itself", key, path)
+	}
 	if err != nil {
 		return serve.Inputf("key", "opening the shared-memory object %q (%s): %v", key, path, unwrapPath(err))
 	}

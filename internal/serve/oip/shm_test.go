@@ -131,9 +131,9 @@ func TestSharedMemoryErrors(t *testing.T) {
 	}{
 		{"no key", "r", `{"byte_size":8}`, `key: \"\" is not a shared-memory object's name`},
 		{"key with a path", "r", `{"key":"/../etc/passwd","byte_size":8}`, `key: \"/../etc/passwd\" is not a shared-memory object's name`},
-		{"missing object", "r", `{"key":"/nothing","byte_size":8}`, `key: opening the shared-memory object \"/nothing\"`},
-		{"symlink", "r", `{"key":"/link","byte_size":8}`, `key: opening the shared-memory object \"/link\"`},
-		{"directory", "r", `{"key":"/sub","byte_size":8}`, `key: opening the shared-memory object \"/sub\"`},
+		{"missing object", "r", `{"key":"/nothing","byte_size":8}`, `key: opening the shared-memory object \"/nothing\" (` + filepath.Join(dir, "nothing") + `): no such file or directory`},
+		{"symlink", "r", `{"key":"/link","byte_size":8}`, `key: \"/link\" (` + filepath.Join(dir, "link") + `) is a symbolic link: name the shared-memory object itself`},
+		{"directory", "r", `{"key":"/sub","byte_size":8}`, `key: opening the shared-memory object \"/sub\" (` + filepath.Join(dir, "sub") + `): is a directory`},
 		{"zero size", "r", `{"key":"` + key + `","byte_size":0}`, `byte_size: 0: want the region's size in bytes`},
 		{"past the end", "r", `{"key":"` + key + `","offset":60,"byte_size":8}`, `byte_size: offset 60 + byte_size 8 = 68 is past the end of \"/obj\", 64 bytes long`},
 		{"unknown field", "r", `{"key":"` + key + `","byte_size":8,"size":8}`, `size`},

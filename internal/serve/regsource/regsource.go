@@ -82,8 +82,19 @@ func (s *Source) Models(ctx context.Context) ([]string, error) {
 }
 
 // ref is the reference a name and an engine version ("" for what the name
-// serves now) stand for.
+// serves now) stand for. Only the names given to New are served when some
+// were (any version of each, by number); with none, every registered model.
 func (s *Source) ref(name, version string) (virga.ModelRef, error) {
+	r, listed := s.refs[name]
+	if !listed && len(s.refs) > 0 {
+		return virga.ModelRef{}, fmt.Errorf("%w: %s is not served here (serving %v)", serve.ErrModelNotFound, name, s.Names())
+	}
+	if !listed {
+		if err := virga.CheckModelName(name); err != nil {
+			return virga.ModelRef{}, fmt.Errorf("%w: %v", serve.ErrModelNotFound, err)
+		}
+		r = virga.ModelRef{Name: name}
+	}
 	if version != "" {
 		n, err := strconv.ParseInt(version, 10, 64)
 		if err != nil || n < 1 {
@@ -91,16 +102,7 @@ func (s *Source) ref(name, version string) (virga.ModelRef, error) {
 		}
 		return virga.ModelRef{Name: name, Version: n}, nil
 	}
-	if r, ok := s.refs[name]; ok {
-		return r, nil
-	}
-	if len(s.refs) > 0 {
-		return virga.ModelRef{}, fmt.Errorf("%w: %s is not served here (serving %v)", serve.ErrModelNotFound, name, s.Names())
-	}
-	if err := virga.CheckModelName(name); err != nil {
-		return virga.ModelRef{}, fmt.Errorf("%w: %v", serve.ErrModelNotFound, err)
-	}
-	return virga.ModelRef{Name: name}, nil
+	return r, nil
 }
 
 // lookup asks the registry for ref's version; an unknown one wraps
@@ -108,8 +110,13 @@ func (s *Source) ref(name, version string) (virga.ModelRef, error) {
 func (s *Source) lookup(ctx context.Context, ref virga.ModelRef) (*virga.ModelVersion, error) {
 	v, err := s.reg.ModelVersion(ctx, ref)
 	if err != nil {
-		if ce, ok := errors.AsType[*client.Error](err); ok && ce.Status == http.StatusNotFound || errors.Is(err, virga.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s: %v", serve.ErrModelNotFound, ref, err)
+		if ce, ok := errors.AsType[*client.Error](err); ok && ce.Status == http.StatusNotFound {
+			// The registry's message names the model and the version or
+			// alias; its HTTP status is not the client's business.
+			return nil, fmt.Errorf("%w: %s", serve.ErrModelNotFound, ce.Body.Error)
+		}
+		if errors.Is(err, virga.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %v", serve.ErrModelNotFound, err)
 		}
 		return nil, fmt.Errorf("registry: %s: %w", ref, err)
 	}
