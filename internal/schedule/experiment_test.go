@@ -163,6 +163,28 @@ func TestVirgaStartsOnDemandWhileNothingIsKnown(t *testing.T) {
 	}
 }
 
+func TestVirgaKeepsAJudgedTrialOnDemandUntilItsRung(t *testing.T) {
+	// Enough of the search is done for spot capacity (as in
+	// TestVirgaStartsOnDemandWhileNothingIsKnown), and two trials run on
+	// on-demand capacity, at a checkpoint. The one past its last rung
+	// moves to spot capacity; the one the searcher still judges at a rung
+	// stays until that rung, where it leaves its node anyway (paused or
+	// stopped), rather than pay a restart to save a few steps' price.
+	e := exp(0, 48*time.Hour,
+		Trial{ID: 1, Pool: 2, Left: 2 * time.Hour, Final: true},
+		Trial{ID: 2, Pool: 2, Left: 2 * time.Hour, Judged: true},
+	)
+	e.Done = 10 * time.Hour
+	if diff := cmp.Diff([]Move{{1, 1}}, place(&ExpPlanned{}, e)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// A trial the searcher does not judge again (no rungs) is Final's case.
+	e.Trials[1].Judged = false
+	if diff := cmp.Diff([]Move{{1, 1}, {2, 1}}, place(&ExpPlanned{}, e)); diff != "" {
+		t.Errorf("not judged (-want +got):\n%s", diff)
+	}
+}
+
 func TestVirgaMarginGrowsWithUncertainty(t *testing.T) {
 	// The same 4h needed on on-demand (10h left, 2h chain, 4 lanes) and
 	// 5h40m to the deadline: 42% of slack. Early in the search (1h done of

@@ -149,6 +149,13 @@ func (s SearchShape) Final(step int64) bool {
 	return len(s.Rungs) > 0 && step >= s.LastRung()
 }
 
+// Judged reports whether a trial at step that runs now reaches a rung
+// before its end, where the stopper judges it (and may pause or stop it):
+// the search has rungs and the trial is not Final.
+func (s SearchShape) Judged(step int64) bool {
+	return len(s.Rungs) > 0 && step < s.LastRung()
+}
+
 // NextStop is the first step after step at which the trial may be stopped
 // or paused: its next rung, or its end.
 func (s SearchShape) NextStop(step int64) int64 {
