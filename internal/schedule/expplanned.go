@@ -40,15 +40,15 @@ import (
 //
 // A trial moves to on-demand capacity when its lane says so; it leaves
 // on-demand capacity (for spot capacity, or to wait) only at a checkpoint,
-// so that no work is thrown away for a saving, and, while the searcher
-// still judges it at a rung (Trial.Judged), only there: it leaves its node
-// at the rung anyway when paused or stopped, so a move before it pays a
-// restart (its overhead, and the trial's delay) to save the price of the
-// few steps to the rung, and the restart changes the order in which the
-// trials' results reach the searcher (on the capacity benchmark's search,
-// asynchronous successive halving then promoted more: such moves made it
-// run up to a quarter more steps). Without a deadline it is ExpGreedy:
-// spot capacity only.
+// so that no work is thrown away for a saving, and, while the searcher may
+// pause it at a rung ahead (Trial.PauseAhead: promote mode), only there: a
+// paused trial leaves its node anyway and is placed again, so a move before
+// the rung pays a restart (its overhead, and the trial's delay) to save the
+// price of the few steps to it, and the restart changes the order in which
+// the trials' results reach the searcher (on the capacity benchmark's
+// search, asynchronous successive halving then promoted more: such moves
+// made it run up to a quarter more steps). Without a deadline it is
+// ExpGreedy: spot capacity only.
 //
 // An ExpPlanned is safe for concurrent use; it keeps one Planned (and its
 // plans) per spot pool.
@@ -171,9 +171,9 @@ func (p *ExpPlanned) Place(e *Experiment, moves []Move) []Move {
 			}
 		case !t.AtCheckpoint():
 			// Leaving on-demand capacity can wait for the next checkpoint.
-		case t.Judged && e.onDemandRunning(t):
+		case t.PauseAhead && e.onDemandRunning(t):
 			// And for the trial's next rung, where it leaves its node
-			// anyway (paused or stopped) and is placed again.
+			// anyway if paused, and is placed again.
 		case d == Spot && e.onDemandRunning(t):
 			if q := pl.take(true); q >= 0 {
 				pl.release(t)

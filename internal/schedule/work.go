@@ -149,11 +149,12 @@ func (s SearchShape) Final(step int64) bool {
 	return len(s.Rungs) > 0 && step >= s.LastRung()
 }
 
-// Judged reports whether a trial at step that runs now reaches a rung
-// before its end, where the stopper judges it (and may pause or stop it):
-// the search has rungs and the trial is not Final.
-func (s SearchShape) Judged(step int64) bool {
-	return len(s.Rungs) > 0 && step < s.LastRung()
+// PauseAhead reports whether a trial at step that runs now reaches a rung
+// before its end where the searcher pauses it unless it promotes it at
+// once: the stopper is in promote mode and the trial is not Final. (In stop
+// mode a trial the stopper lets go on past a rung does not stop there.)
+func (s SearchShape) PauseAhead(step int64) bool {
+	return s.Promote && len(s.Rungs) > 0 && step < s.LastRung()
 }
 
 // NextStop is the first step after step at which the trial may be stopped

@@ -71,25 +71,25 @@ func smallConfig(t testing.TB, src string, cfg ExperimentConfig) ExperimentConfi
 // moves it makes that can be carried out.
 type recorded struct {
 	schedule.ExperimentPolicy
-	// atCheckpoint counts the decisions that saw a trial the searcher
-	// still judges run on on-demand capacity at a checkpoint; offOnDemand
-	// are the moves that took such a trial off it.
+	// atCheckpoint counts the decisions that saw a trial the searcher may
+	// still pause at a rung run on on-demand capacity at a checkpoint;
+	// offOnDemand are the moves that took such a trial off it.
 	atCheckpoint int
 	offOnDemand  []string
 }
 
 func (r *recorded) Place(e *schedule.Experiment, moves []schedule.Move) []schedule.Move {
 	moves = r.ExperimentPolicy.Place(e, moves)
-	judged := func(t *schedule.Trial) bool { return t.Judged && t.Pool >= 0 && !e.Pools[t.Pool].Spot }
+	ahead := func(t *schedule.Trial) bool { return t.PauseAhead && t.Pool >= 0 && !e.Pools[t.Pool].Spot }
 	for i := range e.Trials {
-		if t := &e.Trials[i]; judged(t) && t.AtCheckpoint() {
+		if t := &e.Trials[i]; ahead(t) && t.AtCheckpoint() {
 			r.atCheckpoint++
 			break
 		}
 	}
 	for _, m := range schedule.Feasible(e, slices.Clone(moves)) {
 		for i := range e.Trials {
-			if t := &e.Trials[i]; t.ID == m.Trial && judged(t) {
+			if t := &e.Trials[i]; t.ID == m.Trial && ahead(t) {
 				r.offOnDemand = append(r.offOnDemand, fmt.Sprintf("at %s: trial %d to pool %d", e.Elapsed, t.ID, m.Pool))
 			}
 		}
@@ -101,12 +101,12 @@ func (r *recorded) Place(e *schedule.Experiment, moves []schedule.Move) []schedu
 // at their checkpoints (the legacy simulator asks only when capacity or
 // trials change, mid-step). A search in promote mode starts on on-demand
 // capacity (nothing measured yet) and pauses its trials at each rung: a
-// trial the searcher still judges stays on on-demand capacity until its
-// rung, where it leaves its node anyway, instead of being restarted on spot
+// trial the searcher may still pause stays on on-demand capacity until its
+// rung, where it leaves its node anyway if paused, instead of being restarted on spot
 // capacity at a checkpoint before (a restart that saves a few steps' price
 // and changes the order the searcher sees results in: on the capacity
 // benchmark's search such moves made ASHA run a quarter more steps).
-func TestLoopVirgaKeepsJudgedTrialsOnDemandUntilTheirRung(t *testing.T) {
+func TestLoopVirgaKeepsTrialsOnDemandUntilTheirRung(t *testing.T) {
 	pol := &recorded{ExperimentPolicy: &schedule.ExpPlanned{}}
 	cfg := ExperimentConfig{Pools: []*capacity.Pool{spotPool(t, 2, 0.9, 3*time.Minute, ""), onDemandPool(2, 3, 3*time.Minute)},
 		Deadline: 3 * time.Hour, Policy: pol}
@@ -115,10 +115,10 @@ func TestLoopVirgaKeepsJudgedTrialsOnDemandUntilTheirRung(t *testing.T) {
 		t.Fatalf("deadline missed: %+v", r)
 	}
 	if pol.atCheckpoint == 0 {
-		t.Fatal("no decision saw a judged trial on on-demand capacity at a checkpoint: the scenario tests nothing")
+		t.Fatal("no decision saw a trial with a pause ahead on on-demand capacity at a checkpoint: the scenario tests nothing")
 	}
 	if len(pol.offOnDemand) > 0 {
-		t.Errorf("judged trials moved off on-demand capacity before their rung: %v", pol.offOnDemand)
+		t.Errorf("trials with a pause ahead moved off on-demand capacity before their rung: %v", pol.offOnDemand)
 	}
 }
 
