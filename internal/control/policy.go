@@ -396,7 +396,7 @@ func (c *Controller) snapshot(es *expState, pools []backend.PoolStatus, res virg
 		}
 		prog.Live = append(prog.Live, schedule.LiveTrial{Step: kept, StepTime: mean})
 		tr := schedule.Trial{ID: int64(len(v.trials) + 1), Pool: -1, Done: time.Duration(done) * own,
-			Left: time.Duration(max(shape.Steps-kept, 0)) * own, Final: shape.Final(kept)}
+			Left: time.Duration(max(shape.Steps-kept, 0)) * own, Final: shape.Final(kept), PauseAhead: shape.PauseAhead(kept)}
 		if waiting {
 			if now.Before(ts.notBefore) {
 				continue

@@ -214,7 +214,7 @@ func (c *Controller) snapshotEveryTrial(es *expState, pools []backend.PoolStatus
 		}
 		prog.Live = append(prog.Live, schedule.LiveTrial{Step: kept, StepTime: ts.speed.stepTime()})
 		tr := schedule.Trial{ID: int64(len(v.trials) + 1), Pool: -1, Done: time.Duration(done) * own,
-			Left: time.Duration(max(shape.Steps-kept, 0)) * own, Final: shape.Final(kept)}
+			Left: time.Duration(max(shape.Steps-kept, 0)) * own, Final: shape.Final(kept), PauseAhead: shape.PauseAhead(kept)}
 		if waiting {
 			if now.Before(ts.notBefore) {
 				continue

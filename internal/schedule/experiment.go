@@ -69,6 +69,11 @@ type Trial struct {
 	// Final says the searcher has promoted the trial past its last rung: it
 	// runs to its end, and the experiment ends no earlier than it does.
 	Final bool
+	// PauseAhead says the searcher pauses the trial at a rung before its
+	// end, unless it promotes it at once there (SearchShape.PauseAhead:
+	// a rung-based stopper in promote mode, the trial not Final): paused, it
+	// leaves its node.
+	PauseAhead bool
 }
 
 // Waiting reports whether the trial waits for a node.

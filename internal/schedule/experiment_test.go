@@ -163,6 +163,48 @@ func TestVirgaStartsOnDemandWhileNothingIsKnown(t *testing.T) {
 	}
 }
 
+func TestVirgaKeepsATrialOnDemandUntilItsRung(t *testing.T) {
+	// Enough of the search is done for spot capacity (as in
+	// TestVirgaStartsOnDemandWhileNothingIsKnown), and two trials run on
+	// on-demand capacity, at a checkpoint. The one past its last rung
+	// moves to spot capacity; the one the searcher may still pause at a
+	// rung (promote mode) stays until that rung, where it leaves its node
+	// anyway if paused, rather than pay a restart to save a few steps' price.
+	e := exp(0, 48*time.Hour,
+		Trial{ID: 1, Pool: 2, Left: 2 * time.Hour, Final: true},
+		Trial{ID: 2, Pool: 2, Left: 2 * time.Hour, PauseAhead: true},
+	)
+	e.Done = 10 * time.Hour
+	if diff := cmp.Diff([]Move{{1, 1}}, place(&ExpPlanned{}, e)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// A trial no rung pauses (no rungs, or stop mode) is Final's case.
+	e.Trials[1].PauseAhead = false
+	if diff := cmp.Diff([]Move{{1, 1}, {2, 1}}, place(&ExpPlanned{}, e)); diff != "" {
+		t.Errorf("no pause ahead (-want +got):\n%s", diff)
+	}
+}
+
+func TestPauseAhead(t *testing.T) {
+	// Rungs at 1, 3 and 9 of 27: in promote mode a trial short of the last
+	// rung may be paused ahead; in stop mode, or without rungs, none is.
+	e := &spec.Experiment{MaxTrials: 10, Searcher: spec.Searcher{Name: "random", Stopper: "asha",
+		Settings: map[string]any{"min_resource": int64(1), "max_resource": int64(27), "reduction_factor": int64(3)}}}
+	for _, c := range []struct {
+		mode string
+		step int64
+		want bool
+	}{{"promote", 0, true}, {"promote", 8, true}, {"promote", 9, false}, {"promote", 20, false}, {"stop", 0, false}, {"", 0, false}} {
+		e.Searcher.Stopper, e.Searcher.Settings["mode"] = "asha", c.mode
+		if c.mode == "" {
+			e.Searcher.Stopper = ""
+		}
+		if got := ShapeOf(e, 27).PauseAhead(c.step); got != c.want {
+			t.Errorf("mode %q, step %d: %v, want %v", c.mode, c.step, got, c.want)
+		}
+	}
+}
+
 func TestVirgaMarginGrowsWithUncertainty(t *testing.T) {
 	// The same 4h needed on on-demand (10h left, 2h chain, 4 lanes) and
 	// 5h40m to the deadline: 42% of slack. Early in the search (1h done of

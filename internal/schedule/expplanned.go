@@ -40,7 +40,14 @@ import (
 //
 // A trial moves to on-demand capacity when its lane says so; it leaves
 // on-demand capacity (for spot capacity, or to wait) only at a checkpoint,
-// so that no work is thrown away for a saving. Without a deadline it is
+// so that no work is thrown away for a saving, and, while the searcher may
+// pause it at a rung ahead (Trial.PauseAhead: promote mode), only there: a
+// paused trial leaves its node anyway and is placed again, so a move before
+// the rung pays a restart (its overhead, and the trial's delay) to save the
+// price of the few steps to it, and the restart changes the order in which
+// the trials' results reach the searcher (on the capacity benchmark's
+// search, asynchronous successive halving then promoted more: such moves
+// made it run up to a quarter more steps). Without a deadline it is
 // ExpGreedy: spot capacity only.
 //
 // An ExpPlanned is safe for concurrent use; it keeps one Planned (and its
@@ -164,6 +171,9 @@ func (p *ExpPlanned) Place(e *Experiment, moves []Move) []Move {
 			}
 		case !t.AtCheckpoint():
 			// Leaving on-demand capacity can wait for the next checkpoint.
+		case t.PauseAhead && e.onDemandRunning(t):
+			// And for the trial's next rung, where it leaves its node
+			// anyway if paused, and is placed again.
 		case d == Spot && e.onDemandRunning(t):
 			if q := pl.take(true); q >= 0 {
 				pl.release(t)

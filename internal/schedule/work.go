@@ -149,6 +149,14 @@ func (s SearchShape) Final(step int64) bool {
 	return len(s.Rungs) > 0 && step >= s.LastRung()
 }
 
+// PauseAhead reports whether a trial at step that runs now reaches a rung
+// before its end where the searcher pauses it unless it promotes it at
+// once: the stopper is in promote mode and the trial is not Final. (In stop
+// mode a trial the stopper lets go on past a rung does not stop there.)
+func (s SearchShape) PauseAhead(step int64) bool {
+	return s.Promote && len(s.Rungs) > 0 && step < s.LastRung()
+}
+
 // NextStop is the first step after step at which the trial may be stopped
 // or paused: its next rung, or its end.
 func (s SearchShape) NextStop(step int64) int64 {

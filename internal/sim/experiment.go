@@ -827,7 +827,8 @@ func (s *experimentSim) snapshot() {
 		s.live = append(s.live, schedule.LiveTrial{Step: int64(t.step), StepTime: own})
 		lowest = min(lowest, int64(t.step))
 		tr := schedule.Trial{ID: t.id, Pool: -1, Done: t.own + t.kept,
-			Left: max(time.Duration(t.steps-t.step)*own-t.kept, 0), Final: s.shape.Final(int64(t.step))}
+			Left: max(time.Duration(t.steps-t.step)*own-t.kept, 0), Final: s.shape.Final(int64(t.step)),
+			PauseAhead: s.shape.PauseAhead(int64(t.step))}
 		if t.state == running {
 			tr.Pool = t.pool
 			tr.Starting = time.Duration(max(t.runFrom-s.now, 0))
