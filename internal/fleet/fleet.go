@@ -140,6 +140,9 @@ type Snapshot struct {
 	Capacity float64
 	// StartUp is the time from launch to ready.
 	StartUp time.Duration
+	// Warning is the notice the cloud gives before it reclaims a spot
+	// replica (Replica.Preempting is set for that long).
+	Warning time.Duration
 	// Memo is what the policy returned with its previous decision (nil at
 	// first).
 	Memo any

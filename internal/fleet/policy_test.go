@@ -208,7 +208,7 @@ func TestVirgaFloorSurvivesLosingTheLargestZone(t *testing.T) {
 			}
 			h := newHarness(t, pools...)
 			h.load(12, 0) // 12 requests/s at capacity 1: 12 replicas
-			h.step(Virga{})
+			h.step(Virga{Budget: -1})
 			if got, od := h.count(spot), h.count(onDemand); got != tc.wantSpot || od != tc.wantOD {
 				t.Fatalf("%d spot, %d on-demand; want %d and %d", got, od, tc.wantSpot, tc.wantOD)
 			}
@@ -253,7 +253,7 @@ func TestVirgaFloorCoversTheCurrentLoadNotTheBurst(t *testing.T) {
 	for i := n - 20; i < n-17; i++ {
 		h.snap.History[i].Arrivals = 200
 	}
-	h.step(Virga{Fit: time.Minute}) // a flat last minute: no trend
+	h.step(Virga{Fit: time.Minute, Budget: -1}) // a flat last minute: no trend
 	// 20 spot over 3 zones (7, 7, 6): 20 in all, 13 >= 12 after losing 7.
 	// Covering the burst after a loss too would take 30 spot replicas.
 	if got, od := h.count(spot), h.count(onDemand); got != 20 || od != 0 {

@@ -48,12 +48,23 @@ type Virga struct {
 	Headroom    float64       // fraction added to the forecast; 0 means none
 	DownHold    time.Duration // 0 means 5 min
 	Min         int           // at least 1
+	// Budget is the expected share of the current load's replica-time that
+	// Virga lets reclaims take (step 4); 0 means 2e-4. Negative means no
+	// risk at all: the fleet survives losing its largest zone.
+	Budget float64
+	// Prior is the up-time a zone is assumed to hold per reclaim before
+	// its own history says otherwise; 0 means 2 h.
+	Prior time.Duration
 }
 
 var _ Policy = Virga{}
 
 type virgaMemo struct {
 	UpSince   map[string]time.Time // when each available zone's current run began (as seen)
+	Zones     map[string]zoneStats // each zone's availability history, as seen
+	Seen      time.Time            // the previous decision's time
+	Downs     int                  // zone losses seen, all zones
+	Joint     int                  // of which within one start-up of another zone's
 	N         int
 	Lower     int // consecutive decisions wanting fewer replicas
 	ODLower   int // consecutive decisions wanting fewer on-demand replicas
@@ -82,6 +93,12 @@ func (v Virga) withDefaults() Virga {
 		v.DownHold = 5 * time.Minute
 	}
 	v.Min = max(v.Min, 1)
+	if v.Budget == 0 {
+		v.Budget = 2e-4
+	}
+	if v.Prior <= 0 {
+		v.Prior = 2 * time.Hour
+	}
 	return v
 }
 
@@ -151,6 +168,7 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 	}
 
 	od := s.OnDemand()
+	m = m.observe(s, s.StartUp+s.Interval)
 	// Step 3: the zones to count.
 	up := map[string]time.Time{}
 	var avail []string
@@ -187,14 +205,30 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 		odPrice = od.Price
 	}
 
-	// Step 4: the cheapest spot count that survives losing a zone.
+	// Step 4: the cheapest mix whose expected loss to reclaims is within
+	// the budget (or, with a negative budget, that survives losing a zone).
+	risk := riskModel{hz: map[string]float64{}, rho: m.joint(), load: float64(max(survive, 1)),
+		gap: max(s.Interval, s.StartUp+s.Interval-s.Warning).Seconds()}
+	for _, p := range s.Pools {
+		if p.Spot {
+			risk.hz[p.Zone] = m.hazard(p.Zone, v.Prior)
+		}
+	}
+	worst := v.Budget < 0
 	k := len(zones)
 	bestS, bestCost := 0, math.Inf(1)
 	if od != nil {
 		bestCost = float64(n) * odPrice
 	}
+	spread := map[string]int{}
 	for S := 1; k > 0 && S <= 3*n; S++ {
-		f := floorFor(n, survive, S, (S+k-1)/k)
+		var f int
+		if worst {
+			f = floorFor(n, survive, S, (S+k-1)/k)
+		} else {
+			spread[risk.place(zones, spread)]++
+			f = risk.floor(n, survive, S, spread, v.Budget)
+		}
 		if od == nil && f > 0 {
 			continue
 		}
@@ -223,10 +257,14 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 		starts := map[string]int{}
 		for ; spot < bestS; spot++ {
 			best := ""
-			for _, z := range zones {
-				if best == "" || perZone[z] < perZone[best] {
-					best = z
+			if worst {
+				for _, z := range zones {
+					if best == "" || perZone[z] < perZone[best] {
+						best = z
+					}
 				}
+			} else {
+				best = risk.place(zones, perZone)
 			}
 			perZone[best]++
 			starts[cheapestPool(availablePools(spotPools), best)]++
@@ -237,12 +275,18 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 		m.SpotLower = 0
 	} else if m.SpotLower++; m.SpotLower >= periods(v.DownHold, s.Interval) {
 		m.SpotLower = 0
-		// Stop from the largest zones, starting replicas first, to keep the
-		// spread even.
+		// Stop from the riskiest zones (the largest, with a negative
+		// budget), starting replicas first.
+		weight := func(z string) float64 {
+			if worst {
+				return float64(perZone[z])
+			}
+			return risk.hz[z] * float64(perZone[z])
+		}
 		sort.SliceStable(keepSpot, func(i, j int) bool {
 			zi, zj := s.Pool(keepSpot[i].Pool).Zone, s.Pool(keepSpot[j].Pool).Zone
-			if perZone[zi] != perZone[zj] {
-				return perZone[zi] > perZone[zj]
+			if weight(zi) != weight(zj) {
+				return weight(zi) > weight(zj)
 			}
 			if (keepSpot[i].State == Starting) != (keepSpot[j].State == Starting) {
 				return keepSpot[i].State == Starting
@@ -268,6 +312,9 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 		largest = max(largest, c)
 	}
 	floor := floorFor(n, survive, spot, largest)
+	if !worst {
+		floor = risk.floor(n, survive, spot, perZone, v.Budget)
+	}
 	isOD := func(_ Replica, p *Pool) bool { return p != nil && !p.Spot }
 	have := s.count(isOD)
 	switch {
