@@ -68,13 +68,13 @@ func parse(args []string) (*options, error) {
 	fs.IntVar(&o.slots, "slots", 4, "requests a replica serves at once")
 	fs.DurationVar(&o.objective, "objective", 5*time.Second, "latency objective")
 	fs.DurationVar(&o.virga.DownHold, "virga-hold", 0, "Virga's DownHold (0: its default)")
-	fs.DurationVar(&o.virga.StableAfter, "virga-stable", 0, "Virga's StableAfter (0: its default, negative: every available zone)")
+	fs.DurationVar(&o.virga.StableAfter, "virga-stable", 0, "Virga's StableAfter (0: every available zone counts; positive: only zones up that long)")
 	fs.DurationVar(&o.virga.Burst, "virga-burst", 0, "Virga's Burst window (0: its default)")
 	fs.Float64Var(&o.virga.Headroom, "virga-headroom", 0, "Virga's Headroom (fraction added to the forecast)")
 	fs.Float64Var(&o.virga.Budget, "virga-budget", 0, "Virga's Budget, the expected share of the load lost to reclaims (0: its default; negative: survive losing the largest zone)")
 	fs.IntVar(&o.workers, "workers", 2, "runs simulated at once")
 	traces := fs.String("traces", "azure,poisson", "arrival processes: azure, poisson")
-	policies := fs.String("policies", "fixed,reactive,spothedge,spothedge+4,spothedge+2/od,virga",
+	policies := fs.String("policies", "fixed,reactive,spothedge,spothedge+2/od,spothedge+6,spothedge+12,virga",
 		"policies to run: fixed, reactive, virga, spothedge+E (N_extra = E; spothedge is spothedge+2), spothedge+E/od (on-demand also covers the N_extra, as sky/serve's dynamic fallback)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

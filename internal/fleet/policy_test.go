@@ -260,3 +260,119 @@ func TestVirgaFloorCoversTheCurrentLoadNotTheBurst(t *testing.T) {
 		t.Fatalf("%d spot, %d on-demand; want 20 and 0", got, od)
 	}
 }
+
+// flap runs Virga for hours of decisions at a constant load, taking zone
+// down for one decision every period (0: never).
+func flap(h *harness, v Virga, zone string, period time.Duration, hours float64) {
+	steps := int(hours * float64(time.Hour) / float64(h.snap.Interval))
+	every := int(period / h.snap.Interval)
+	for i := range steps {
+		for j := range h.snap.Pools {
+			if h.snap.Pools[j].Zone == zone {
+				h.snap.Pools[j].Available = every == 0 || i%every != every-1
+			}
+		}
+		h.step(v)
+	}
+}
+
+func TestVirgaLearnsZoneRiskOnline(t *testing.T) {
+	h := newHarness(t, spotPools()...)
+	h.snap.Warning = 2 * time.Minute
+	h.load(12, 0)
+	memo := func() virgaMemo { return h.snap.Memo.(virgaMemo) }
+	// Zone a is lost every 20 minutes for 6 hours; b and c never.
+	flap(h, Virga{}, "a", 20*time.Minute, 6)
+	m := memo()
+	if m.Zones["a"].Downs != 18 || m.Zones["b"].Downs != 0 {
+		t.Fatalf("saw %d losses of a and %d of b; want 18 and 0", m.Zones["a"].Downs, m.Zones["b"].Downs)
+	}
+	ha, hb := m.hazard("a", 2*time.Hour), m.hazard("b", 2*time.Hour)
+	// a: 19 / (6 h + 2 h) ~ 2.4 per hour; b: 1 / 8 h.
+	if ha*3600 < 2.2 || ha*3600 > 2.6 || hb*3600 > 0.13 {
+		t.Fatalf("hazard a %.3f/h, b %.3f/h; want about 2.4 and 0.125", ha*3600, hb*3600)
+	}
+	// The load doubles: the new replicas go mostly to the quiet zones.
+	old := len(h.snap.Replicas)
+	h.load(24, 0)
+	h.step(Virga{})
+	perZone := map[string]int{}
+	for _, r := range h.snap.Replicas[old:] {
+		if p := h.snap.Pool(r.Pool); p.Spot {
+			perZone[p.Zone]++
+		}
+	}
+	if perZone["b"]+perZone["c"] < 12 || perZone["a"] >= perZone["b"] || perZone["a"] >= perZone["c"] {
+		t.Fatalf("new spot replicas per zone %v; want at least 12, fewer in the flapping zone a", perZone)
+	}
+}
+
+func TestVirgaRiskFloorFollowsTheReclaimRate(t *testing.T) {
+	run := func(period time.Duration) (spotN, od int) {
+		h := newHarness(t, spotPools()...)
+		h.snap.Warning = 2 * time.Minute
+		h.load(12, 0)
+		// Every zone is lost once per period (staggered), for 12 hours.
+		steps := int(12 * time.Hour / h.snap.Interval)
+		every := int(period / h.snap.Interval)
+		for i := range steps {
+			for j := range h.snap.Pools {
+				if h.snap.Pools[j].Spot {
+					h.snap.Pools[j].Available = every == 0 || (i+j*every/3)%every != every-1
+				}
+			}
+			h.step(Virga{DownHold: 10 * time.Second})
+		}
+		// Back up everywhere, for the hold to settle.
+		for j := range h.snap.Pools {
+			h.snap.Pools[j].Available = true
+		}
+		h.step(Virga{DownHold: 10 * time.Second})
+		h.step(Virga{DownHold: 10 * time.Second})
+		return h.count(spot), h.count(onDemand)
+	}
+	// Quiet zones: the 12 replicas the load needs, all spot, no on-demand
+	// (the worst-zone rule would run 18 spot here).
+	if s, od := run(0); s != 12 || od != 0 {
+		t.Fatalf("quiet zones: %d spot, %d on-demand; want 12 and 0", s, od)
+	}
+	// Zones lost every 20 minutes: spot alone would lose too much, so the
+	// fleet holds more than the load needs.
+	if s, od := run(20 * time.Minute); s+od <= 12 {
+		t.Fatalf("flapping zones: %d spot, %d on-demand; want more than 12 in all", s, od)
+	}
+}
+
+func TestVirgaLeavesTheMemoItWasGiven(t *testing.T) {
+	h := newHarness(t, spotPools()...)
+	h.load(12, 0)
+	h.step(Virga{})
+	before := h.snap.Memo.(virgaMemo)
+	up := before.Zones["a"].UpTime
+	h.snap.Pools[0].Available = false
+	Virga{}.Decide(&h.snap, h.rng)
+	if got := before.Zones["a"]; got.UpTime != up || got.Downs != 0 || !got.Up {
+		t.Fatalf("Decide changed the memo it was handed: %+v", got)
+	}
+}
+
+func TestSpotHedgeFallbackExtraCoversTheOverprovision(t *testing.T) {
+	for _, tc := range []struct {
+		fallbackExtra bool
+		want          int
+	}{{false, 6}, {true, 8}} {
+		h := newHarness(t, spotPools()...)
+		h.load(6, 0)
+		p := SpotHedge{Extra: 2, FallbackExtra: tc.fallbackExtra}
+		for range 40 {
+			h.step(p)
+		}
+		// Every spot replica is reclaimed: on-demand covers N_tar (the
+		// paper) or N_tar + N_extra (sky/serve's dynamic fallback).
+		h.snap.Replicas = nil
+		h.step(p)
+		if got := h.count(onDemand); got != tc.want {
+			t.Fatalf("FallbackExtra %v: %d on-demand with no spot ready, want %d", tc.fallbackExtra, got, tc.want)
+		}
+	}
+}

@@ -18,38 +18,49 @@ import (
 //  2. Size. N = ceil(forecast x (1 + Headroom) / Capacity) replicas. N goes
 //     up at once and down only after a smaller N has been wanted for
 //     DownHold.
-//  3. Zones. A spot zone counts once it has been available for StableAfter
-//     (30 min) without a break: spot availability runs are heavy-tailed (in
-//     the aws-02-15-2023 traces the median up run is 6-26 ticks of 195 s,
-//     the mean 2-7 times that), so a zone that has stayed up is likely to stay
-//     up, and one that just came back is likely to flap. With fewer than two
-//     such zones every available zone counts. A zone where a replica is under
-//     preemption notice does not count: the reclaim takes the zone.
-//  4. Mix. With k spot zones counted, S spot replicas spread evenly over
-//     them lose at most ceil(S/k) to one zone's reclaim. The on-demand floor
-//     F(S) = max(0, N - S, M - (S - ceil(S/k))) makes N replicas in all and
-//     keeps M after losing the largest zone, where M = ceil(last minute's
-//     rate / Capacity) is what the current load needs: N also covers the
-//     bursts and the trend a start-up ahead, but a reclaim comes with a
-//     notice on which Virga starts the replacements, so the fleet must carry
-//     the present load, not the forecast, until they are ready. Virga runs
-//     the S in [0, 3N] that minimises S x spot price + F(S) x on-demand price
-//     (with one zone F >= M whatever S, so it runs mostly on-demand).
-//  5. Act. New spot replicas go to the counted zone with the fewest; spot
+//  3. Zones. Every available spot zone counts (with StableAfter > 0, only
+//     those available that long without a break), except one where a replica
+//     is under preemption notice: the reclaim takes the zone. From the pools'
+//     availability at each decision Virga keeps, in its memo, each zone's
+//     history as it has seen it: seconds up and losses (up to not up). A
+//     zone's reclaim rate is hz = (losses + 1) / (seconds up + Prior), a
+//     prior of one loss per Prior (2 h) of up-time that the zone's own
+//     history outweighs within hours; the chance rho that a loss takes a
+//     second zone with it is the share of losses seen within one start-up of
+//     another zone's (prior 0.1). Nothing is read from the whole trace.
+//  4. Mix. A loss in zone z leaves its c_z spot replicas missing for gap =
+//     StartUp + Interval - Warning (Virga starts their replacements on the
+//     notice), and the fleet's headroom h = spot + on-demand - M absorbs h
+//     of them, where M = ceil(last minute's rate / Capacity) is what the
+//     current load needs (N also covers bursts and the trend a start-up
+//     ahead, which need not survive a loss). The expected share of the
+//     load's replica-time lost is
+//     sum_z hz_z x gap x ((1-rho) max(0, c_z - h) + rho max(0, c_z + c_other - h)) / M
+//     (c_other: the largest other zone). Virga runs the S in [0, 3N] spot
+//     replicas, placed one at a time where they add the least risk (lowest
+//     hz x (c_z + 1)), and the fewest on-demand F >= N - S that keep that
+//     share within Budget, whichever costs least per hour. Zones that are
+//     rarely reclaimed so hold more replicas, extra spot goes where the
+//     risk is, and on-demand is bought only when spot spread over the zones
+//     up cannot keep the expected loss within Budget (one zone left, or all
+//     flapping). With a negative Budget the rule is the worst case instead:
+//     F = max(0, N - S, M - (S - ceil(S/k))) over k zones, i.e. survive
+//     losing the largest zone whatever its history.
+//  5. Act. New spot replicas go where they add the least risk; spot
 //     replicas under preemption notice are replaced at once; surplus spot
-//     replicas are stopped after DownHold, from the largest zones. The
-//     on-demand floor is recomputed from the spot replicas actually live,
-//     goes up at once and down after DownHold.
+//     replicas are stopped after DownHold, from the zones with the most risk
+//     (hz x c_z). The on-demand floor is recomputed from the spot replicas
+//     actually live, goes up at once and down after DownHold.
 type Virga struct {
 	Burst       time.Duration // 0 means 30 s
-	StableAfter time.Duration // 0 means 30 min; negative means every available zone counts
+	StableAfter time.Duration // positive: only zones up that long count; 0 or negative: every available zone
 	Level       time.Duration // 0 means 5 min
 	Fit         time.Duration // 0 means 10 min
 	Headroom    float64       // fraction added to the forecast; 0 means none
 	DownHold    time.Duration // 0 means 5 min
 	Min         int           // at least 1
 	// Budget is the expected share of the current load's replica-time that
-	// Virga lets reclaims take (step 4); 0 means 2e-4. Negative means no
+	// Virga lets reclaims take (step 4); 0 means 0.02. Negative means no
 	// risk at all: the fleet survives losing its largest zone.
 	Budget float64
 	// Prior is the up-time a zone is assumed to hold per reclaim before
@@ -82,9 +93,6 @@ func (v Virga) withDefaults() Virga {
 	if v.Burst <= 0 {
 		v.Burst = 30 * time.Second
 	}
-	if v.StableAfter == 0 {
-		v.StableAfter = 30 * time.Minute
-	}
 	if v.Fit <= 0 {
 		v.Fit = 10 * time.Minute
 	}
@@ -94,7 +102,7 @@ func (v Virga) withDefaults() Virga {
 	}
 	v.Min = max(v.Min, 1)
 	if v.Budget == 0 {
-		v.Budget = 2e-4
+		v.Budget = 0.02
 	}
 	if v.Prior <= 0 {
 		v.Prior = 2 * time.Hour
@@ -193,7 +201,7 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 	m.UpSince = up
 	var zones []string
 	for _, z := range avail {
-		if v.StableAfter < 0 || s.Now.Sub(up[z]) >= v.StableAfter {
+		if v.StableAfter <= 0 || s.Now.Sub(up[z]) >= v.StableAfter {
 			zones = append(zones, z)
 		}
 	}
