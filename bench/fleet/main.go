@@ -71,6 +71,7 @@ func parse(args []string) (*options, error) {
 	fs.DurationVar(&o.virga.StableAfter, "virga-stable", 0, "Virga's StableAfter (0: every available zone counts; positive: only zones up that long)")
 	fs.DurationVar(&o.virga.Burst, "virga-burst", 0, "Virga's Burst window (0: its default)")
 	fs.Float64Var(&o.virga.Headroom, "virga-headroom", 0, "Virga's Headroom (fraction added to the forecast)")
+	fs.BoolVar(&o.virga.Even, "virga-even", false, "Virga spreads spot evenly over the zones (reclaim rate breaks ties) rather than by risk")
 	fs.Float64Var(&o.virga.Budget, "virga-budget", 0, "Virga's Budget, the expected share of the load lost to reclaims (0: its default; negative: survive losing the largest zone)")
 	fs.IntVar(&o.workers, "workers", 2, "runs simulated at once")
 	traces := fs.String("traces", "azure,poisson", "arrival processes: azure, poisson")

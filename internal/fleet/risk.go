@@ -16,8 +16,17 @@ type zoneStats struct {
 
 // observe updates the zone history in m from s's pools: up-time and losses
 // per zone, and how many losses came within window of another zone's
-// (zones lost together). It returns a new memo; m's maps are not modified.
-func (m virgaMemo) observe(s *Snapshot, window time.Duration) virgaMemo {
+// (zones lost together). A zone counts as lost from the first preemption
+// notice of a replica in it (the notice is the earliest sign) or, holding
+// none, when it stops being available. It returns a new memo, m's maps
+// untouched, and how many zones were lost at this decision.
+func (m virgaMemo) observe(s *Snapshot, window time.Duration) (virgaMemo, int) {
+	noticed := map[string]bool{}
+	for _, r := range s.Replicas {
+		if p := s.Pool(r.Pool); r.Preempting && p != nil {
+			noticed[p.Zone] = true
+		}
+	}
 	zs := make(map[string]zoneStats, len(m.Zones))
 	maps.Copy(zs, m.Zones)
 	dt := 0.0
@@ -32,17 +41,18 @@ func (m virgaMemo) observe(s *Snapshot, window time.Duration) virgaMemo {
 		}
 		seen[p.Zone] = true
 		st, known := zs[p.Zone]
+		up := p.Available && !noticed[p.Zone]
 		switch {
-		case known && st.Up && p.Available:
+		case known && st.Up && up:
 			st.UpTime += dt
-		case known && st.Up && !p.Available:
+		case known && st.Up && !up:
 			// Went some time in the last interval: count half of it.
 			st.UpTime += dt / 2
 			st.Downs++
 			st.LastDown = s.Now
 			lost = append(lost, p.Zone)
 		}
-		st.Up = p.Available
+		st.Up = up
 		zs[p.Zone] = st
 	}
 	for _, z := range lost {
@@ -55,7 +65,7 @@ func (m virgaMemo) observe(s *Snapshot, window time.Duration) virgaMemo {
 		}
 	}
 	m.Zones, m.Seen = zs, s.Now
-	return m
+	return m, len(lost)
 }
 
 // hazard is zone's reclaim rate per second of up-time: (losses seen + 1) /
@@ -81,6 +91,7 @@ type riskModel struct {
 	gap  float64 // seconds
 	rho  float64
 	load float64 // replicas the current load needs (at least 1)
+	even bool    // place by count first, rate second
 }
 
 // lost is the expected share of the load's replica-seconds missing, for
@@ -139,6 +150,14 @@ func (r riskModel) floor(n, survive, spot int, c map[string]int, budget float64)
 // least risk: the lowest hz x (count + 1), then the fewest, then by name.
 func (r riskModel) place(zones []string, c map[string]int) string {
 	best, bestW := "", math.Inf(1)
+	if r.even {
+		for _, z := range zones {
+			if best == "" || c[z] < c[best] || c[z] == c[best] && (r.hz[z] < r.hz[best] || r.hz[z] == r.hz[best] && z < best) {
+				best = z
+			}
+		}
+		return best
+	}
 	for _, z := range zones {
 		w := r.hz[z] * float64(c[z]+1)
 		if best == "" || w < bestW-1e-12 || math.Abs(w-bestW) <= 1e-12 && (c[z] < c[best] || c[z] == c[best] && z < best) {

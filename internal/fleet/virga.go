@@ -25,9 +25,15 @@ import (
 //     history as it has seen it: seconds up and losses (up to not up). A
 //     zone's reclaim rate is hz = (losses + 1) / (seconds up + Prior), a
 //     prior of one loss per Prior (2 h) of up-time that the zone's own
-//     history outweighs within hours; the chance rho that a loss takes a
-//     second zone with it is the share of losses seen within one start-up of
-//     another zone's (prior 0.1). Nothing is read from the whole trace.
+//     history outweighs within hours. A zone counts as lost from the first
+//     preemption notice there (or, holding no replica, when it stops being
+//     available). The chance rho that a loss takes a second zone with it is
+//     the share of losses seen within one start-up of another zone's (prior
+//     0.1). While two or more zones are under notice at once, rho is 1 and
+//     every zone's rate is at least (share of zones going) / gap: a
+//     correlated reclaim is under way, and the zones left are likely to
+//     follow within the replacement window. Nothing is read from the whole
+//     trace.
 //  4. Mix. A loss in zone z leaves its c_z spot replicas missing for gap =
 //     StartUp + Interval - Warning (Virga starts their replacements on the
 //     notice), and the fleet's headroom h = spot + on-demand - M absorbs h
@@ -43,14 +49,17 @@ import (
 //     rarely reclaimed so hold more replicas, extra spot goes where the
 //     risk is, and on-demand is bought only when spot spread over the zones
 //     up cannot keep the expected loss within Budget (one zone left, or all
-//     flapping). With a negative Budget the rule is the worst case instead:
+//     flapping). With fewer than two zones counted, or a negative Budget,
+//     the rule is the worst case instead:
 //     F = max(0, N - S, M - (S - ceil(S/k))) over k zones, i.e. survive
 //     losing the largest zone whatever its history.
 //  5. Act. New spot replicas go where they add the least risk; spot
 //     replicas under preemption notice are replaced at once; surplus spot
 //     replicas are stopped after DownHold, from the zones with the most risk
 //     (hz x c_z). The on-demand floor is recomputed from the spot replicas
-//     actually live, goes up at once and down after DownHold.
+//     actually live and goes up at once; it goes down after DownHold, and
+//     only as far as the spot replicas ready now allow, so on-demand is not
+//     released for spot that is still starting.
 type Virga struct {
 	Burst       time.Duration // 0 means 30 s
 	StableAfter time.Duration // positive: only zones up that long count; 0 or negative: every available zone
@@ -63,6 +72,10 @@ type Virga struct {
 	// Virga lets reclaims take (step 4); 0 means 0.02. Negative means no
 	// risk at all: the fleet survives losing its largest zone.
 	Budget float64
+	// Even spreads spot replicas evenly over the zones counted (the
+	// fewest first, the lowest reclaim rate breaking ties) instead of by
+	// risk (step 4).
+	Even bool
 	// Prior is the up-time a zone is assumed to hold per reclaim before
 	// its own history says otherwise; 0 means 2 h.
 	Prior time.Duration
@@ -176,7 +189,7 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 	}
 
 	od := s.OnDemand()
-	m = m.observe(s, s.StartUp+s.Interval)
+	m, lostNow := m.observe(s, s.StartUp+s.Interval)
 	// Step 3: the zones to count.
 	up := map[string]time.Time{}
 	var avail []string
@@ -215,14 +228,27 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 
 	// Step 4: the cheapest mix whose expected loss to reclaims is within
 	// the budget (or, with a negative budget, that survives losing a zone).
-	risk := riskModel{hz: map[string]float64{}, rho: m.joint(), load: float64(max(survive, 1)),
+	risk := riskModel{hz: map[string]float64{}, rho: m.joint(), load: float64(max(survive, 1)), even: v.Even,
 		gap: max(s.Interval, s.StartUp+s.Interval-s.Warning).Seconds()}
 	for _, p := range s.Pools {
 		if p.Spot {
 			risk.hz[p.Zone] = m.hazard(p.Zone, v.Prior)
 		}
 	}
-	worst := v.Budget < 0
+	if len(noticed) >= 2 || lostNow >= 2 {
+		// Several zones going at once: a correlated event is under way.
+		// Plan for the next loss taking two zones, and for each zone still
+		// up going within the replacement window with the share of zones
+		// now going.
+		risk.rho = 1
+		frac := float64(len(noticed)) / float64(len(noticed)+len(avail))
+		for z, h := range risk.hz {
+			risk.hz[z] = math.Max(h, frac/risk.gap)
+		}
+	}
+	// With fewer than two zones to spread over, one loss takes every spot
+	// replica: the worst case is the only safe plan.
+	worst := v.Budget < 0 || len(zones) < 2
 	k := len(zones)
 	bestS, bestCost := 0, math.Inf(1)
 	if od != nil {
@@ -320,16 +346,32 @@ func (v Virga) Decide(s *Snapshot, _ *rand.Rand) Decision {
 		largest = max(largest, c)
 	}
 	floor := floorFor(n, survive, spot, largest)
+	// The floor that counts only the spot replicas ready now: on-demand is
+	// released only once the spot replicas taking over serve (a zone that
+	// just came back may be lost again before they do).
+	readyZone, readySpot, readyLargest := map[string]int{}, 0, 0
+	for _, r := range keepSpot {
+		if r.State == Ready {
+			z := s.Pool(r.Pool).Zone
+			readyZone[z]++
+			readySpot++
+			readyLargest = max(readyLargest, readyZone[z])
+		}
+	}
+	keep := floorFor(n, survive, readySpot, readyLargest)
 	if !worst {
 		floor = risk.floor(n, survive, spot, perZone, v.Budget)
+		keep = risk.floor(n, survive, readySpot, readyZone, v.Budget)
 	}
+	keep = max(keep, floor)
 	isOD := func(_ Replica, p *Pool) bool { return p != nil && !p.Spot }
 	have := s.count(isOD)
 	switch {
 	case have < floor:
 		m.ODLower = 0
 		acts = append(acts, Action{Kind: Start, Pool: od.Name, N: floor - have})
-	case have > floor:
+	case have > keep:
+		floor = keep
 		m.ODLower++
 		if m.ODLower >= periods(v.DownHold, s.Interval) {
 			m.ODLower = 0
