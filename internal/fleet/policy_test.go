@@ -376,3 +376,32 @@ func TestSpotHedgeFallbackExtraCoversTheOverprovision(t *testing.T) {
 		}
 	}
 }
+
+func TestVirgaMeetsACorrelatedReclaimWithOnDemand(t *testing.T) {
+	h := newHarness(t, spotPools()...)
+	h.snap.Warning = 2 * time.Minute
+	h.load(12, 0)
+	for range 30 {
+		h.step(Virga{})
+	}
+	if od := h.count(onDemand); od != 0 {
+		t.Fatalf("%d on-demand replicas with three quiet zones, want 0", od)
+	}
+	// Zones a and b give notice at once: the spot left would sit in zone c
+	// alone, so the replicas under notice are replaced on-demand.
+	for i, r := range h.snap.Replicas {
+		if z := h.snap.Pool(r.Pool).Zone; z == "a" || z == "b" {
+			h.snap.Replicas[i].Preempting = true
+		}
+	}
+	h.step(Virga{})
+	inC := 0
+	for _, r := range h.snap.Replicas {
+		if h.snap.Pool(r.Pool).Zone == "c" && !r.Preempting {
+			inC++
+		}
+	}
+	if od := h.count(onDemand); od+inC-12 < 0 || od == 0 {
+		t.Fatalf("%d on-demand and %d spot in zone c after notices in a and b; want on-demand covering the 12 the load needs", od, inC)
+	}
+}
