@@ -43,7 +43,7 @@ func main() {
 type options struct {
 	data, capacityFile, zonesDir string
 	sizes                        []int
-	seeds                        int
+	seeds, from                  int
 	hours                        float64
 	service, objective           time.Duration
 	slots                        int
@@ -62,6 +62,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.zonesDir, "zones", "skypilot-spot-traces/availability/1-node/aws-02-15-2023", "directory of spot availability traces (one zone each), under -data")
 	sizes := fs.String("sizes", "10,25,50", "fleet sizes at the peak (replicas)")
 	fs.IntVar(&o.seeds, "seeds", 3, "seeds per size and trace (each with its own start offset in the spot traces)")
+	fs.IntVar(&o.from, "from", 1, "first seed of the set to run (-set heldout -from 4: seeds 104 on)")
 	fs.StringVar(&o.set, "set", "heldout", "seed set: tune (seeds 1..N, the ones Virga's defaults were chosen on) or heldout (seeds 101..100+N)")
 	fs.Float64Var(&o.hours, "hours", 24, "measured hours per run (after one hour of warm-up)")
 	fs.DurationVar(&o.service, "service", 2*time.Second, "one request's service time on a replica")
@@ -102,8 +103,8 @@ func parse(args []string) (*options, error) {
 	if o.set != "tune" && o.set != "heldout" {
 		return nil, fmt.Errorf("-set: %q is not tune or heldout", o.set)
 	}
-	if o.seeds < 1 || o.hours <= 0 || o.workers < 1 {
-		return nil, errors.New("-seeds, -hours and -workers must be positive")
+	if o.seeds < 1 || o.from < 1 || o.hours <= 0 || o.workers < 1 {
+		return nil, errors.New("-seeds, -from, -hours and -workers must be positive")
 	}
 	return o, nil
 }
@@ -134,16 +135,16 @@ func policyFor(name string, o *options) (fleet.Policy, error) {
 	return nil, fmt.Errorf("-policies: %q is not fixed, reactive, virga, spothedge, spothedge+E or spothedge+E/od", name)
 }
 
-// seedsOf returns the seed numbers of a set: the tuning set is 1..n, the
-// held-out set 101..100+n.
-func seedsOf(set string, n int) []int {
+// seedsOf returns n seed numbers of a set from its from-th: the tuning set
+// is 1, 2, ..., the held-out set 101, 102, ....
+func seedsOf(set string, from, n int) []int {
 	base := 0
 	if set == "heldout" {
 		base = 100
 	}
 	out := make([]int, n)
 	for i := range out {
-		out[i] = base + i + 1
+		out[i] = base + from + i
 	}
 	return out
 }
@@ -300,7 +301,7 @@ func run(args []string, w io.Writer) error {
 	tick := st.zones[st.zoneNames[0]].Tick
 	for _, set := range []string{"tune", "heldout"} {
 		var parts []string
-		for _, seed := range seedsOf(set, o.seeds) {
+		for _, seed := range seedsOf(set, o.from, o.seeds) {
 			parts = append(parts, fmt.Sprintf("%d (day %.1f)", seed, offsetOf(seed, tick, traceSpan-span).Hours()/24))
 		}
 		label := map[string]string{"tune": "tuning set", "heldout": "held-out set"}[set]
@@ -315,7 +316,7 @@ func run(args []string, w io.Writer) error {
 	var jobs []job
 	for _, size := range o.sizes {
 		for _, kind := range o.traces {
-			for _, seed := range seedsOf(o.set, o.seeds) {
+			for _, seed := range seedsOf(o.set, o.from, o.seeds) {
 				for _, p := range o.policies {
 					jobs = append(jobs, job{size, kind, seed, p})
 				}

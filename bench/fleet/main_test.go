@@ -58,7 +58,7 @@ func TestParseNamesTheBadFlag(t *testing.T) {
 }
 
 func TestSeedSetsAreDisjoint(t *testing.T) {
-	tune, held := seedsOf("tune", 50), seedsOf("heldout", 50)
+	tune, held := seedsOf("tune", 1, 50), seedsOf("heldout", 1, 50)
 	seen := map[int]bool{}
 	for _, s := range tune {
 		seen[s] = true
@@ -70,6 +70,9 @@ func TestSeedSetsAreDisjoint(t *testing.T) {
 	}
 	if tune[0] != 1 || held[0] != 101 {
 		t.Fatalf("sets start at %d and %d, want 1 and 101", tune[0], held[0])
+	}
+	if got := seedsOf("heldout", 4, 3); len(got) != 3 || got[0] != 104 || got[2] != 106 {
+		t.Fatalf("-from 4 -seeds 3 of the held-out set gave %v, want 104-106", got)
 	}
 	// Offsets depend on the seed only, and differ between seeds.
 	tick, room := 195*time.Second, 30*24*time.Hour
