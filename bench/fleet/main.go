@@ -43,11 +43,11 @@ func main() {
 type options struct {
 	data, capacityFile, zonesDir string
 	sizes                        []int
-	seeds                        int
+	seeds, from                  int
 	hours                        float64
 	service, objective           time.Duration
 	slots                        int
-	extra                        int
+	set                          string
 	virga                        fleet.Virga
 	workers                      int
 	traces                       []string
@@ -62,18 +62,22 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.zonesDir, "zones", "skypilot-spot-traces/availability/1-node/aws-02-15-2023", "directory of spot availability traces (one zone each), under -data")
 	sizes := fs.String("sizes", "10,25,50", "fleet sizes at the peak (replicas)")
 	fs.IntVar(&o.seeds, "seeds", 3, "seeds per size and trace (each with its own start offset in the spot traces)")
+	fs.IntVar(&o.from, "from", 1, "first seed of the set to run (-set heldout -from 4: seeds 104 on)")
+	fs.StringVar(&o.set, "set", "heldout", "seed set: tune (seeds 1..N, the ones Virga's defaults were chosen on) or heldout (seeds 101..100+N)")
 	fs.Float64Var(&o.hours, "hours", 24, "measured hours per run (after one hour of warm-up)")
 	fs.DurationVar(&o.service, "service", 2*time.Second, "one request's service time on a replica")
 	fs.IntVar(&o.slots, "slots", 4, "requests a replica serves at once")
 	fs.DurationVar(&o.objective, "objective", 5*time.Second, "latency objective")
-	fs.IntVar(&o.extra, "extra", 2, "SpotHedge's N_extra over-provisioned spot replicas")
 	fs.DurationVar(&o.virga.DownHold, "virga-hold", 0, "Virga's DownHold (0: its default)")
-	fs.DurationVar(&o.virga.StableAfter, "virga-stable", 0, "Virga's StableAfter (0: its default, negative: every available zone)")
+	fs.DurationVar(&o.virga.StableAfter, "virga-stable", 0, "Virga's StableAfter (0: every available zone counts; positive: only zones up that long)")
 	fs.DurationVar(&o.virga.Burst, "virga-burst", 0, "Virga's Burst window (0: its default)")
 	fs.Float64Var(&o.virga.Headroom, "virga-headroom", 0, "Virga's Headroom (fraction added to the forecast)")
+	fs.BoolVar(&o.virga.Even, "virga-even", false, "Virga spreads spot evenly over the zones (reclaim rate breaks ties) rather than by risk")
+	fs.Float64Var(&o.virga.Budget, "virga-budget", 0, "Virga's Budget, the expected share of the load lost to reclaims (0: its default; negative: survive losing the largest zone)")
 	fs.IntVar(&o.workers, "workers", 2, "runs simulated at once")
 	traces := fs.String("traces", "azure,poisson", "arrival processes: azure, poisson")
-	policies := fs.String("policies", "fixed,reactive,spothedge,virga", "policies to run")
+	policies := fs.String("policies", "fixed,reactive,spothedge,spothedge+2/od,spothedge+6,spothedge+12,virga",
+		"policies to run: fixed, reactive, virga, spothedge+E (N_extra = E; spothedge is spothedge+2), spothedge+E/od (on-demand also covers the N_extra, as sky/serve's dynamic fallback)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -92,14 +96,64 @@ func parse(args []string) (*options, error) {
 	}
 	o.policies = strings.Split(*policies, ",")
 	for _, p := range o.policies {
-		if !slices.Contains([]string{"fixed", "reactive", "spothedge", "virga"}, p) {
-			return nil, fmt.Errorf("-policies: %q is not fixed, reactive, spothedge or virga", p)
+		if _, err := policyFor(p, o); err != nil {
+			return nil, err
 		}
 	}
-	if o.seeds < 1 || o.hours <= 0 || o.workers < 1 {
-		return nil, errors.New("-seeds, -hours and -workers must be positive")
+	if o.set != "tune" && o.set != "heldout" {
+		return nil, fmt.Errorf("-set: %q is not tune or heldout", o.set)
+	}
+	if o.seeds < 1 || o.from < 1 || o.hours <= 0 || o.workers < 1 {
+		return nil, errors.New("-seeds, -from, -hours and -workers must be positive")
 	}
 	return o, nil
+}
+
+// policyFor returns the policy named name (fixed is sized per run, so its N
+// is left 0 here).
+func policyFor(name string, o *options) (fleet.Policy, error) {
+	switch name {
+	case "fixed":
+		return fleet.Fixed{}, nil
+	case "reactive":
+		return fleet.Reactive{}, nil
+	case "virga":
+		return o.virga, nil
+	case "spothedge":
+		return fleet.SpotHedge{Extra: 2}, nil
+	}
+	rest, ok := strings.CutPrefix(name, "spothedge+")
+	if ok {
+		h := fleet.SpotHedge{}
+		rest, h.FallbackExtra = strings.CutSuffix(rest, "/od")
+		n, err := strconv.Atoi(rest)
+		if err == nil && n >= 0 {
+			h.Extra = n
+			return h, nil
+		}
+	}
+	return nil, fmt.Errorf("-policies: %q is not fixed, reactive, virga, spothedge, spothedge+E or spothedge+E/od", name)
+}
+
+// seedsOf returns n seed numbers of a set from its from-th: the tuning set
+// is 1, 2, ..., the held-out set 101, 102, ....
+func seedsOf(set string, from, n int) []int {
+	base := 0
+	if set == "heldout" {
+		base = 100
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = base + from + i
+	}
+	return out
+}
+
+// offsetOf is where seed starts in the spot traces: the same for every size,
+// trace and policy of that seed.
+func offsetOf(seed int, tick, room time.Duration) time.Duration {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x0ff5e7))
+	return time.Duration(rng.Int64N(int64(room/tick))) * tick
 }
 
 // setup is what every run shares.
@@ -243,12 +297,26 @@ func run(args []string, w io.Writer) error {
 		o.slots, o.service, o.objective, st.capacity)
 	fmt.Fprintf(w, "prices (%s): spot $%.3f/h, on-demand $%.3f/h; start-up %v; reclaim warning %v; %d spot zones (%s)\n",
 		o.capacityFile, st.spotPrice, st.odPrice, st.startUp, st.warning, len(st.zoneNames), o.zonesDir)
-	fmt.Fprintf(w, "%v measured after %v warm-up; %d seeds per size and trace\n\n", span-warm, warm, o.seeds)
+	fmt.Fprintf(w, "%v measured after %v warm-up; %d seeds per size and trace\n", span-warm, warm, o.seeds)
+	tick := st.zones[st.zoneNames[0]].Tick
+	for _, set := range []string{"tune", "heldout"} {
+		var parts []string
+		for _, seed := range seedsOf(set, o.from, o.seeds) {
+			parts = append(parts, fmt.Sprintf("%d (day %.1f)", seed, offsetOf(seed, tick, traceSpan-span).Hours()/24))
+		}
+		label := map[string]string{"tune": "tuning set", "heldout": "held-out set"}[set]
+		mark := ""
+		if set == o.set {
+			mark = "  <- this run"
+		}
+		fmt.Fprintf(w, "%s: seeds (start in the spot traces) %s%s\n", label, strings.Join(parts, ", "), mark)
+	}
+	fmt.Fprintln(w)
 
 	var jobs []job
 	for _, size := range o.sizes {
 		for _, kind := range o.traces {
-			for seed := 1; seed <= o.seeds; seed++ {
+			for _, seed := range seedsOf(o.set, o.from, o.seeds) {
 				for _, p := range o.policies {
 					jobs = append(jobs, job{size, kind, seed, p})
 				}
@@ -288,19 +356,13 @@ func simulate(o *options, st *setup, j job, span, warm, traceSpan time.Duration)
 	rng := rand.New(rand.NewPCG(seed, 0xa771))
 	peak := float64(j.size) * st.capacity
 	arr := arrivals(j.kind, st, peak, span, rng)
-	// The start offset in the spot traces: the same for every policy.
-	tick := st.zones[st.zoneNames[0]].Tick
-	offset := time.Duration(rng.Int64N(int64((traceSpan-span)/tick))) * tick
-	var p fleet.Policy
-	switch j.policy {
-	case "fixed":
+	offset := offsetOf(j.seed, st.zones[st.zoneNames[0]].Tick, traceSpan-span)
+	p, err := policyFor(j.policy, o)
+	if err != nil {
+		return nil, err
+	}
+	if j.policy == "fixed" {
 		p = fleet.Fixed{N: int(math.Ceil(peakMinute(arr) / st.capacity))}
-	case "reactive":
-		p = fleet.Reactive{}
-	case "spothedge":
-		p = fleet.SpotHedge{Extra: o.extra}
-	case "virga":
-		p = o.virga
 	}
 	pools := []fleet.Pool{{Name: "on-demand", Price: st.odPrice}}
 	for _, z := range st.zoneNames {
@@ -314,6 +376,10 @@ func simulate(o *options, st *setup, j job, span, warm, traceSpan time.Duration)
 		Epoch: time.Date(2023, 2, 15, 0, 0, 0, 0, time.UTC).Add(offset),
 	})
 }
+
+// objective is the share within the latency objective a policy must reach
+// to count as meeting it.
+const objective = 0.999
 
 func report(w io.Writer, o *options, results []outcome) {
 	type key struct {
@@ -351,8 +417,38 @@ func report(w io.Writer, o *options, results []outcome) {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%.2f\t%.4f%%\t%.4f%%\t%.2f%%\t%.0f%%\t%.1f\t\n", size, kind, p,
 					a.cost/n, 100*a.share/n, 100*a.minShare, 100*a.avail/n, 100*a.od/n, float64(a.preempt)/n)
 			}
-			if a, b := aggs[key{size, kind, "virga"}], aggs[key{size, kind, "spothedge"}]; a != nil && b != nil {
-				fmt.Fprintf(tw, "\t\tvirga vs spothedge\t%+.1f%%\t%+.4f pts\t\t\t\t\t\n", 100*(a.cost/b.cost-1), 100*(a.share-b.share)/float64(a.n))
+			a := aggs[key{size, kind, "virga"}]
+			if a == nil {
+				continue
+			}
+			// SpotHedge's strongest variant: the cheapest meeting the
+			// objective, else the one answering most in time.
+			base, other := "", ""
+			for _, p := range o.policies {
+				b := aggs[key{size, kind, p}]
+				meets := b.share/float64(b.n) >= objective
+				if strings.HasPrefix(p, "spothedge") {
+					if bb := aggs[key{size, kind, base}]; base == "" || meets && (bb.share/float64(bb.n) < objective || b.cost < bb.cost) ||
+						!meets && bb.share/float64(bb.n) < objective && b.share > bb.share {
+						base = p
+					}
+				}
+				if p != "virga" && meets {
+					if ob := aggs[key{size, kind, other}]; other == "" || b.cost < ob.cost {
+						other = p
+					}
+				}
+			}
+			var cmps []string
+			if base != "" {
+				cmps = append(cmps, base)
+			}
+			if other != "" && other != base {
+				cmps = append(cmps, other)
+			}
+			for _, cmp := range cmps {
+				b := aggs[key{size, kind, cmp}]
+				fmt.Fprintf(tw, "\t\tvirga vs %s\t%+.1f%%\t%+.4f pts\t\t\t\t\t\n", cmp, 100*(a.cost/b.cost-1), 100*(a.share-b.share)/float64(a.n))
 			}
 		}
 	}

@@ -13,9 +13,10 @@
 //
 // Policies: Fixed (on-demand replicas sized for the peak), Reactive (Ray
 // Serve's autoscaler), SpotHedge (SkyServe's, arXiv 2411.01438) and Virga
-// (forecast the rate one start-up ahead, cover it with spot spread over the
-// available zones and an on-demand floor that survives losing the largest
-// zone). docs/fleet.md describes them.
+// (forecast the rate one start-up ahead, cover it with spot placed by each
+// zone's reclaim rate as seen online and an on-demand floor sized so that the
+// expected share of the load lost to reclaims stays within a budget).
+// docs/fleet.md describes them.
 package fleet
 
 import (
@@ -140,6 +141,9 @@ type Snapshot struct {
 	Capacity float64
 	// StartUp is the time from launch to ready.
 	StartUp time.Duration
+	// Warning is the notice the cloud gives before it reclaims a spot
+	// replica (Replica.Preempting is set for that long).
+	Warning time.Duration
 	// Memo is what the policy returned with its previous decision (nil at
 	// first).
 	Memo any

@@ -208,7 +208,7 @@ func TestVirgaFloorSurvivesLosingTheLargestZone(t *testing.T) {
 			}
 			h := newHarness(t, pools...)
 			h.load(12, 0) // 12 requests/s at capacity 1: 12 replicas
-			h.step(Virga{})
+			h.step(Virga{Budget: -1})
 			if got, od := h.count(spot), h.count(onDemand); got != tc.wantSpot || od != tc.wantOD {
 				t.Fatalf("%d spot, %d on-demand; want %d and %d", got, od, tc.wantSpot, tc.wantOD)
 			}
@@ -253,10 +253,155 @@ func TestVirgaFloorCoversTheCurrentLoadNotTheBurst(t *testing.T) {
 	for i := n - 20; i < n-17; i++ {
 		h.snap.History[i].Arrivals = 200
 	}
-	h.step(Virga{Fit: time.Minute}) // a flat last minute: no trend
+	h.step(Virga{Fit: time.Minute, Budget: -1}) // a flat last minute: no trend
 	// 20 spot over 3 zones (7, 7, 6): 20 in all, 13 >= 12 after losing 7.
 	// Covering the burst after a loss too would take 30 spot replicas.
 	if got, od := h.count(spot), h.count(onDemand); got != 20 || od != 0 {
 		t.Fatalf("%d spot, %d on-demand; want 20 and 0", got, od)
+	}
+}
+
+// flap runs Virga for hours of decisions at a constant load, taking zone
+// down for one decision every period (0: never).
+func flap(h *harness, v Virga, zone string, period time.Duration, hours float64) {
+	steps := int(hours * float64(time.Hour) / float64(h.snap.Interval))
+	every := int(period / h.snap.Interval)
+	for i := range steps {
+		for j := range h.snap.Pools {
+			if h.snap.Pools[j].Zone == zone {
+				h.snap.Pools[j].Available = every == 0 || i%every != every-1
+			}
+		}
+		h.step(v)
+	}
+}
+
+func TestVirgaLearnsZoneRiskOnline(t *testing.T) {
+	h := newHarness(t, spotPools()...)
+	h.snap.Warning = 2 * time.Minute
+	h.load(12, 0)
+	memo := func() virgaMemo { return h.snap.Memo.(virgaMemo) }
+	// Zone a is lost every 20 minutes for 6 hours; b and c never.
+	flap(h, Virga{}, "a", 20*time.Minute, 6)
+	m := memo()
+	if m.Zones["a"].Downs != 18 || m.Zones["b"].Downs != 0 {
+		t.Fatalf("saw %d losses of a and %d of b; want 18 and 0", m.Zones["a"].Downs, m.Zones["b"].Downs)
+	}
+	ha, hb := m.hazard("a", 2*time.Hour), m.hazard("b", 2*time.Hour)
+	// a: 19 / (6 h + 2 h) ~ 2.4 per hour; b: 1 / 8 h.
+	if ha*3600 < 2.2 || ha*3600 > 2.6 || hb*3600 > 0.13 {
+		t.Fatalf("hazard a %.3f/h, b %.3f/h; want about 2.4 and 0.125", ha*3600, hb*3600)
+	}
+	// The load doubles: the new replicas go mostly to the quiet zones.
+	old := len(h.snap.Replicas)
+	h.load(24, 0)
+	h.step(Virga{})
+	perZone := map[string]int{}
+	for _, r := range h.snap.Replicas[old:] {
+		if p := h.snap.Pool(r.Pool); p.Spot {
+			perZone[p.Zone]++
+		}
+	}
+	if perZone["b"]+perZone["c"] < 12 || perZone["a"] >= perZone["b"] || perZone["a"] >= perZone["c"] {
+		t.Fatalf("new spot replicas per zone %v; want at least 12, fewer in the flapping zone a", perZone)
+	}
+}
+
+func TestVirgaRiskFloorFollowsTheReclaimRate(t *testing.T) {
+	run := func(period time.Duration) (spotN, od int) {
+		h := newHarness(t, spotPools()...)
+		h.snap.Warning = 2 * time.Minute
+		h.load(12, 0)
+		// Every zone is lost once per period (staggered), for 12 hours.
+		steps := int(12 * time.Hour / h.snap.Interval)
+		every := int(period / h.snap.Interval)
+		for i := range steps {
+			for j := range h.snap.Pools {
+				if h.snap.Pools[j].Spot {
+					h.snap.Pools[j].Available = every == 0 || (i+j*every/3)%every != every-1
+				}
+			}
+			h.step(Virga{DownHold: 10 * time.Second})
+		}
+		// Back up everywhere, for the hold to settle.
+		for j := range h.snap.Pools {
+			h.snap.Pools[j].Available = true
+		}
+		h.step(Virga{DownHold: 10 * time.Second})
+		h.step(Virga{DownHold: 10 * time.Second})
+		return h.count(spot), h.count(onDemand)
+	}
+	// Quiet zones: the 12 replicas the load needs, all spot, no on-demand
+	// (the worst-zone rule would run 18 spot here).
+	if s, od := run(0); s != 12 || od != 0 {
+		t.Fatalf("quiet zones: %d spot, %d on-demand; want 12 and 0", s, od)
+	}
+	// Zones lost every 20 minutes: spot alone would lose too much, so the
+	// fleet holds more than the load needs.
+	if s, od := run(20 * time.Minute); s+od <= 12 {
+		t.Fatalf("flapping zones: %d spot, %d on-demand; want more than 12 in all", s, od)
+	}
+}
+
+func TestVirgaLeavesTheMemoItWasGiven(t *testing.T) {
+	h := newHarness(t, spotPools()...)
+	h.load(12, 0)
+	h.step(Virga{})
+	before := h.snap.Memo.(virgaMemo)
+	up := before.Zones["a"].UpTime
+	h.snap.Pools[0].Available = false
+	Virga{}.Decide(&h.snap, h.rng)
+	if got := before.Zones["a"]; got.UpTime != up || got.Downs != 0 || !got.Up {
+		t.Fatalf("Decide changed the memo it was handed: %+v", got)
+	}
+}
+
+func TestSpotHedgeFallbackExtraCoversTheOverprovision(t *testing.T) {
+	for _, tc := range []struct {
+		fallbackExtra bool
+		want          int
+	}{{false, 6}, {true, 8}} {
+		h := newHarness(t, spotPools()...)
+		h.load(6, 0)
+		p := SpotHedge{Extra: 2, FallbackExtra: tc.fallbackExtra}
+		for range 40 {
+			h.step(p)
+		}
+		// Every spot replica is reclaimed: on-demand covers N_tar (the
+		// paper) or N_tar + N_extra (sky/serve's dynamic fallback).
+		h.snap.Replicas = nil
+		h.step(p)
+		if got := h.count(onDemand); got != tc.want {
+			t.Fatalf("FallbackExtra %v: %d on-demand with no spot ready, want %d", tc.fallbackExtra, got, tc.want)
+		}
+	}
+}
+
+func TestVirgaMeetsACorrelatedReclaimWithOnDemand(t *testing.T) {
+	h := newHarness(t, spotPools()...)
+	h.snap.Warning = 2 * time.Minute
+	h.load(12, 0)
+	for range 30 {
+		h.step(Virga{})
+	}
+	if od := h.count(onDemand); od != 0 {
+		t.Fatalf("%d on-demand replicas with three quiet zones, want 0", od)
+	}
+	// Zones a and b give notice at once: the spot left would sit in zone c
+	// alone, so the replicas under notice are replaced on-demand.
+	for i, r := range h.snap.Replicas {
+		if z := h.snap.Pool(r.Pool).Zone; z == "a" || z == "b" {
+			h.snap.Replicas[i].Preempting = true
+		}
+	}
+	h.step(Virga{})
+	inC := 0
+	for _, r := range h.snap.Replicas {
+		if h.snap.Pool(r.Pool).Zone == "c" && !r.Preempting {
+			inC++
+		}
+	}
+	if od := h.count(onDemand); od+inC-12 < 0 || od == 0 {
+		t.Fatalf("%d on-demand and %d spot in zone c after notices in a and b; want on-demand covering the 12 the load needs", od, inC)
 	}
 }

@@ -28,7 +28,15 @@ import (
 //     generalised so that replicas stay spread, as the paper requires).
 //  4. Dynamic fallback: run max(0, N_tar - ready spot replicas) on-demand
 //     replicas, so on-demand covers exactly the spot capacity missing now and
-//     is released as soon as spot is back.
+//     is released as soon as spot is back (the paper's rule). With
+//     FallbackExtra, on-demand covers N_tar + N_extra - ready spot replicas,
+//     as sky/serve's FallbackRequestRateAutoscaler does with
+//     dynamic_ondemand_fallback (num_ondemand_to_provision =
+//     base_ondemand_fallback_replicas + num_spot_to_provision - num_ready_spot,
+//     the spot target including the over-provisioned replicas).
+//
+// SkyServe's default num_overprovision is 0 and its default placer for
+// spot is dynamic_fallback (spot_placer.py); the paper evaluates N_extra = 2.
 type SpotHedge struct {
 	TargetQPS      float64       // target_qps_per_replica; 0 means the snapshot's Capacity
 	Extra          int           // N_extra; negative means 0
@@ -36,6 +44,9 @@ type SpotHedge struct {
 	UpscaleDelay   time.Duration // 0 means 300 s
 	DownscaleDelay time.Duration // 0 means 1200 s
 	Min, Max       int           // min_replicas, max_replicas (Max 0: no bound)
+	// FallbackExtra makes on-demand cover the over-provisioned replicas
+	// too (sky/serve's code) rather than only N_tar (the paper).
+	FallbackExtra bool
 }
 
 var _ Policy = SpotHedge{}
@@ -178,7 +189,11 @@ func (h SpotHedge) Decide(s *Snapshot, _ *rand.Rand) Decision {
 		}
 	}
 	if od := s.OnDemand(); od != nil {
-		acts = append(acts, scaleTo(s, od.Name, max(0, m.Target-readySpot), isOD)...)
+		cover := m.Target
+		if h.FallbackExtra {
+			cover += h.Extra
+		}
+		acts = append(acts, scaleTo(s, od.Name, max(0, cover-readySpot), isOD)...)
 	}
 	return Decision{Actions: acts, Memo: m}
 }

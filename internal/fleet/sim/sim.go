@@ -588,6 +588,7 @@ func (s *simulator) decide() {
 		Objective: s.cfg.Objective,
 		Capacity:  s.cfg.Capacity,
 		StartUp:   s.cfg.StartUp,
+		Warning:   s.cfg.Warning,
 		Memo:      s.memo,
 	}
 	s.events = nil
