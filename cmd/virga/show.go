@@ -107,13 +107,17 @@ func printEstimateBeside(w io.Writer, v *wire.ExperimentView, evs []virga.Event)
 	}
 	var parts []string
 	for _, p := range rep.Plans {
-		part := fmt.Sprintf("%s %s in %s", p.Plan, fmtCost(p.Cost), fmtDuration(p.Wall.Round(time.Minute)))
+		part := fmt.Sprintf("%s %s in %s", p.Plan, fmtCost(p.Cost), fmtDuration(p.Wall.Round(time.Second)))
 		if !rep.Deadline.IsZero() {
 			part += fmt.Sprintf(" (P(deadline) %.0f%%)", 100*p.PMeet)
 		}
 		parts = append(parts, part)
 	}
-	fmt.Fprintf(w, "  estimated:  %s (before the run: %s of node time)\n", strings.Join(parts, "; "), fmtDuration(rep.Work.Round(time.Second)))
+	basis := fmt.Sprintf("before the run: %s of node time", fmtDuration(rep.Work.Round(time.Second)))
+	if c := rep.Calibration; c != nil {
+		basis += fmt.Sprintf("; calibrated on %d earlier runs of %s, actual/predicted median %.2f", c.Pairs, c.Of, c.Median)
+	}
+	fmt.Fprintf(w, "  estimated:  %s (%s)\n", strings.Join(parts, "; "), basis)
 	end := v.EndedAt
 	verb := "took"
 	if end.IsZero() {

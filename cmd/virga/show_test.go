@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/virga-ml/virga"
 	"github.com/virga-ml/virga/internal/api/wire"
+	"github.com/virga-ml/virga/internal/forecast"
+	"github.com/virga-ml/virga/internal/sim"
 	"github.com/virga-ml/virga/internal/store"
 	"github.com/virga-ml/virga/internal/store/sqlite"
 )
@@ -84,5 +87,33 @@ func TestShowCost(t *testing.T) {
 	}}
 	if d := cmp.Diff(wantJ, []any{j.Experiment.Spend, j.Experiment.Pools}); d != "" {
 		t.Errorf("virga show --json: cost and pools (-want +got):\n%s", d)
+	}
+}
+
+// TestShowEstimateSaysItsCalibration: the estimate kept with an experiment
+// is shown with its wall time to the second (a run of seconds is not "0s")
+// and, when earlier runs calibrated it, with how many and the correction.
+func TestShowEstimateSaysItsCalibration(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
+	rep := estimateReport{Work: 40 * time.Second, Plans: []sim.PlanEstimate{{Plan: "on-demand", Wall: 8400 * time.Millisecond, Cost: 0.12}}}
+	for _, c := range []struct {
+		cal  *calibrationUsed
+		want string
+	}{
+		{nil, "  estimated:  on-demand $0.12 in 8s (before the run: 40s of node time)\n"},
+		{&calibrationUsed{Calibration: forecast.Calibration{Pairs: 4, Median: 1.17}, Of: "experiment digits"},
+			"  estimated:  on-demand $0.12 in 8s (before the run: 40s of node time; calibrated on 4 earlier runs of experiment digits, actual/predicted median 1.17)\n"},
+	} {
+		rep.Calibration = c.cal
+		msg, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		v := &wire.ExperimentView{Experiment: &virga.Experiment{CreatedAt: t0, EndedAt: t0.Add(9 * time.Second)}}
+		printEstimateBeside(&b, v, []virga.Event{{Kind: virga.EventExperimentEstimate, Message: string(msg), Time: t0}})
+		if got, _, _ := strings.Cut(b.String(), "  actual:"); got != c.want {
+			t.Errorf("show printed\n%q\nwant\n%q", got, c.want)
+		}
 	}
 }
