@@ -18,7 +18,9 @@
 // models under a memory budget through the real engine, its own policy
 // against a static set pinned by popularity (manymodels.go); with
 // "overhead", the ONNX digits model through REST, gRPC and the engine
-// against ONNX Runtime called directly (overhead.go). See the README.
+// against ONNX Runtime called directly (overhead.go); with "runcost", an
+// ONNX model's Run timed in the engine and called directly, in alternation
+// (runcost.go). See the README.
 package main
 
 import (
@@ -85,6 +87,7 @@ var commands = map[string]func(args []string) error{
 	},
 	"manymodels": func(args []string) error { return manyModels(args, os.Stdout) },
 	"overhead":   func(args []string) error { return overhead(args, os.Stdout) },
+	"runcost":    func(args []string) error { return runCost(args, os.Stdout) },
 }
 
 type result struct {

@@ -42,6 +42,10 @@ type ohLatency struct {
 	N     int     `json:"n"`
 	P50us float64 `json:"p50_us"`
 	P99us float64 `json:"p99_us"`
+	// DirectP50us and DirectP99us are direct's, timed in alternation with
+	// the path's calls (timePaired): its overhead is the difference.
+	DirectP50us float64 `json:"direct_p50_us,omitempty"`
+	DirectP99us float64 `json:"direct_p99_us,omitempty"`
 }
 
 type ohThroughput struct {
@@ -146,15 +150,15 @@ func overhead(args []string, stdout io.Writer) error {
 	}
 	defer model.Close()
 	rng := rand.New(rand.NewPCG(1, 1))
-	direct := map[int]ohLatency{}
 	var lats []ohLatency
+	directCall := map[int]func() error{}
 	for _, b := range []int{1, 64} {
 		in := []serve.Tensor{pixelRows(rng, b)}
-		l, err := timeCalls("direct", b, *n, func() error { _, err := model.Run(context.Background(), in); return err })
+		directCall[b] = func() error { _, err := model.Run(context.Background(), in); return err }
+		l, err := timeCalls("direct", b, *n, directCall[b])
 		if err != nil {
 			return err
 		}
-		direct[b] = l
 		lats = append(lats, l)
 	}
 	var best ohThroughput
@@ -428,10 +432,11 @@ func overhead(args []string, stdout io.Writer) error {
 
 	for _, p := range paths {
 		for _, b := range []int{1, 64} {
-			l, err := timeCalls(p.name, b, *n, p.call(b))
+			l, d, err := timePaired(p.name, b, *n, time.Now, directCall[b], p.call(b))
 			if err != nil {
 				return err
 			}
+			l.DirectP50us, l.DirectP99us = d.P50us, d.P99us
 			lats = append(lats, l)
 		}
 	}
@@ -453,6 +458,10 @@ func overhead(args []string, stdout io.Writer) error {
 		t    ohThroughput
 		runs []float64
 		cpus []float64
+		// paired is each rerun's rows/s over that of a direct loop run
+		// just before it (best direct's rows per call): both under the
+		// same load.
+		paired []float64
 	}
 	bests := make([]pathBest, len(paths))
 	for k, p := range paths {
@@ -472,17 +481,24 @@ func overhead(args []string, stdout io.Writer) error {
 			}
 		}
 	}
+	bestIn := []serve.Tensor{pixelRows(rng, best.Rows)}
+	bestDirect := func() error { _, err := model.Run(context.Background(), bestIn); return err }
 	for k, p := range paths {
 		b := &bests[k]
 		b.runs = []float64{b.t.RowsPS}
 		b.cpus = []float64{b.t.CPU}
 		for range *repeats {
+			d, err := saturate("direct", best.Rows, 1, *seconds, bestDirect)
+			if err != nil {
+				return err
+			}
 			t, err := saturate(p.name, b.t.Rows, b.t.Clients, *seconds, p.call(b.t.Rows))
 			if err != nil {
 				return err
 			}
 			b.runs = append(b.runs, t.RowsPS)
 			b.cpus = append(b.cpus, t.CPU)
+			b.paired = append(b.paired, t.RowsPS/d.RowsPS)
 		}
 	}
 	if *cpuProfile != "" {
@@ -491,11 +507,14 @@ func overhead(args []string, stdout io.Writer) error {
 	thr = append(thr, sweep...)
 
 	// 4. The tables.
-	fmt.Fprintf(stdout, "latency, one request at a time (closed loop), %d requests each; overhead = path - ONNX Runtime's own Run\n", *n)
-	fmt.Fprintf(stdout, "%-9s %5s %10s %10s %14s %14s\n", "path", "rows", "p50", "p99", "p50 overhead", "p99 overhead")
+	fmt.Fprintf(stdout, "latency, one request at a time (closed loop), %d requests each; overhead = path - ONNX Runtime's own Run timed in alternation with it (direct p50)\n", *n)
+	fmt.Fprintf(stdout, "%-9s %5s %10s %10s %12s %14s %14s\n", "path", "rows", "p50", "p99", "direct p50", "p50 overhead", "p99 overhead")
 	for _, l := range lats {
-		d := direct[l.Rows]
-		fmt.Fprintf(stdout, "%-9s %5d %8.1fus %8.1fus %12.1fus %12.1fus\n", l.Path, l.Rows, l.P50us, l.P99us, l.P50us-d.P50us, l.P99us-d.P99us)
+		if l.Path == "direct" {
+			fmt.Fprintf(stdout, "%-9s %5d %8.1fus %8.1fus\n", l.Path, l.Rows, l.P50us, l.P99us)
+			continue
+		}
+		fmt.Fprintf(stdout, "%-9s %5d %8.1fus %8.1fus %10.1fus %12.1fus %12.1fus\n", l.Path, l.Rows, l.P50us, l.P99us, l.DirectP50us, l.P50us-l.DirectP50us, l.P99us-l.DirectP99us)
 	}
 	fmt.Fprintf(stdout, "\nthroughput (closed loop, each client sends its next request when answered)\n")
 	// Per core: rows per second of the process's CPU time (server and load
@@ -514,7 +533,8 @@ func overhead(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "\nbest direct (the denominator): %d rows a call, median %.0f rows/s of runs %.0f\n", best.Rows, best.RowsPS, directRuns)
 	fmt.Fprintf(stdout, "best direct per core (the denominator per core): %d rows a call, median %.0f rows per CPU-second of runs %.0f\n", bestPC.Rows, directPerCPU, directPCRuns)
 	fmt.Fprintf(stdout, "\nbest per path: its configuration rerun %d more times; rows/s is the median of the runs, range their spread\n", *repeats)
-	fmt.Fprintf(stdout, "%-9s %9s %8s %12s %14s %24s %6s %14s\n", "path", "rows/req", "clients", "rows/s", "of best direct", "range of best direct", "cores", "per core")
+	fmt.Fprintf(stdout, "of paired direct: the median of each rerun's rows/s over a direct loop's run just before it (the same load)\n")
+	fmt.Fprintf(stdout, "%-9s %9s %8s %12s %14s %24s %6s %14s %17s\n", "path", "rows/req", "clients", "rows/s", "of best direct", "range of best direct", "cores", "per core", "of paired direct")
 	summary := []ohBest{{Path: "direct", Rows: best.Rows, Clients: 1, RowsPS: best.RowsPS, Runs: directRuns, OfDirect: 1, OfDirectPerCore: 1}}
 	for k, p := range paths {
 		b := bests[k]
@@ -524,8 +544,14 @@ func overhead(args []string, stdout io.Writer) error {
 		cpus := slices.Clone(b.cpus)
 		slices.Sort(cpus)
 		cpu := cpus[len(cpus)/2]
-		fmt.Fprintf(stdout, "%-9s %9d %8d %12.0f %13.1f%% %10.1f%% to %5.1f%% %6.2f %13.1f%%\n", p.name, b.t.Rows, b.t.Clients, med, 100*med/best.RowsPS, 100*runs[0]/best.RowsPS, 100*runs[len(runs)-1]/best.RowsPS, cpu, 100*perCore(med, cpu))
-		summary = append(summary, ohBest{Path: p.name, Rows: b.t.Rows, Clients: b.t.Clients, RowsPS: med, Runs: b.runs, OfDirect: med / best.RowsPS, CPU: cpu, OfDirectPerCore: perCore(med, cpu)})
+		paired := "-"
+		ofPaired := 0.0
+		if len(b.paired) > 0 {
+			ofPaired = median(b.paired)
+			paired = fmt.Sprintf("%.1f%%", 100*ofPaired)
+		}
+		fmt.Fprintf(stdout, "%-9s %9d %8d %12.0f %13.1f%% %10.1f%% to %5.1f%% %6.2f %13.1f%% %17s\n", p.name, b.t.Rows, b.t.Clients, med, 100*med/best.RowsPS, 100*runs[0]/best.RowsPS, 100*runs[len(runs)-1]/best.RowsPS, cpu, 100*perCore(med, cpu), paired)
+		summary = append(summary, ohBest{Path: p.name, Rows: b.t.Rows, Clients: b.t.Clients, RowsPS: med, Runs: b.runs, OfDirect: med / best.RowsPS, CPU: cpu, OfDirectPerCore: perCore(med, cpu), OfPairedDirect: ofPaired})
 	}
 	if *out != "" {
 		w, err := os.Create(*out)
@@ -558,6 +584,9 @@ type ohBest struct {
 	CPU      float64   `json:"cpu_cores"` // the median run's process CPU over wall time
 	// OfDirectPerCore is rows per CPU-second against direct's.
 	OfDirectPerCore float64 `json:"of_best_direct_per_core"`
+	// OfPairedDirect is the median over the reruns of the path's rows/s
+	// over a direct loop's run just before it.
+	OfPairedDirect float64 `json:"of_paired_direct,omitempty"`
 }
 
 // intList parses a comma-separated list of positive integers.
@@ -609,22 +638,73 @@ func restBody(rng *rand.Rand, rows int) []byte {
 // timeCalls calls call n times one after another (after n/10 warm-up
 // calls) and returns the latencies' p50 and p99.
 func timeCalls(path string, rows, n int, call func() error) (ohLatency, error) {
-	for range n / 10 {
-		if err := call(); err != nil {
-			return ohLatency{}, err
+	took, err := sample(n, time.Now, call)
+	if err != nil {
+		return ohLatency{}, err
+	}
+	return latencyOf(path, rows, took), nil
+}
+
+// pairedBlocks is how many alternating blocks timePaired splits its calls
+// into.
+const pairedBlocks = 50
+
+// timePaired times n calls of call and n of direct alternately, in
+// pairedBlocks blocks of each, direct's first then the path's first (after
+// n/10 warm-up calls of each), and
+// returns both latencies' p50 and p99. The machine is shared and its load
+// drifts over seconds: a path timed after direct, as timeCalls would,
+// carries the drift into its overhead; timed in alternation, both see the
+// same load.
+func timePaired(path string, rows, n int, now func() time.Time, direct, call func() error) (ohLatency, ohLatency, error) {
+	for _, f := range []func() error{direct, call} {
+		for range n / 10 {
+			if err := f(); err != nil {
+				return ohLatency{}, ohLatency{}, err
+			}
 		}
 	}
+	var got, base []time.Duration
+	block := max(n/pairedBlocks, 1)
+	for k := 0; k < n; k += block {
+		type timed struct {
+			call func() error
+			into *[]time.Duration
+		}
+		order := []timed{{direct, &base}, {call, &got}}
+		if (k/block)%2 == 1 {
+			// ABBA: a drift within a pair of blocks favors neither.
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, f := range order {
+			took, err := sample(min(block, n-k), now, f.call)
+			if err != nil {
+				return ohLatency{}, ohLatency{}, err
+			}
+			*f.into = append(*f.into, took...)
+		}
+	}
+	return latencyOf(path, rows, got), latencyOf("direct", rows, base), nil
+}
+
+// sample times n calls of call one after another.
+func sample(n int, now func() time.Time, call func() error) ([]time.Duration, error) {
 	took := make([]time.Duration, n)
 	for i := range took {
-		start := time.Now()
+		start := now()
 		if err := call(); err != nil {
-			return ohLatency{}, err
+			return nil, err
 		}
-		took[i] = time.Since(start)
+		took[i] = now().Sub(start)
 	}
+	return took, nil
+}
+
+func latencyOf(path string, rows int, took []time.Duration) ohLatency {
+	took = slices.Clone(took)
 	slices.Sort(took)
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	return ohLatency{Path: path, Rows: rows, N: n, P50us: us(quantile(took, 0.5)), P99us: us(quantile(took, 0.99))}, nil
+	return ohLatency{Path: path, Rows: rows, N: len(took), P50us: us(quantile(took, 0.5)), P99us: us(quantile(took, 0.99))}
 }
 
 // saturate runs clients goroutines calling call back to back for d and
